@@ -1,0 +1,3 @@
+from casedb.cli import main
+
+main()

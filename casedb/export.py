@@ -1,0 +1,185 @@
+"""Write a model's cases back out as an RFC-0186 YAML manifest.
+
+What is written re-imports to the same signatures, names, descriptions, marks and tolerances:
+defaults go in ``default:``, and a case repeats a dtype, init or tolerance only where it differs
+from what the defaults give. ``init: data`` values are written inline; ``file:`` tensors are
+written as ``.pt`` files beside the manifest (``<stem>.files/<sha12>.pt``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import IO
+
+import yaml
+
+from casedb import casespec, dtypes, marks as marks_mod
+from casedb.store import Store
+
+
+class _Flow(dict):
+    pass
+
+
+class _FlowList(list):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper, s):
+    if "\n" in s:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s + "\n", style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", s)
+
+
+def _float(dumper, f):
+    if math.isnan(f):
+        return dumper.represent_scalar("tag:yaml.org,2002:float", ".nan")
+    if math.isinf(f):
+        return dumper.represent_scalar("tag:yaml.org,2002:float", ".inf" if f > 0 else "-.inf")
+    text = repr(f)
+    if "e" in text and "." not in text.split("e")[0]:
+        # PyYAML reads 1e-05 as a string: write 1.0e-05
+        mant, exp = text.split("e")
+        text = f"{mant}.0e{exp}"
+    return dumper.represent_scalar("tag:yaml.org,2002:float", text)
+
+
+_Dumper.add_representer(str, _str)
+_Dumper.add_representer(float, _float)
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v.items(), flow_style=True))
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _flow(v):
+    if isinstance(v, dict):
+        return _Flow({k: _flow(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return _FlowList(_flow(x) for x in v)
+    return v
+
+
+class _Writer:
+    def __init__(self, store: Store, out_path: Path | None):
+        self.store = store
+        self.out_path = out_path
+
+    def tensor(self, t: dict, case_dtype: str) -> dict:
+        out = {"shape": list(t["shape"])}
+        if t["init"] == "data":
+            import torch
+
+            out["init"] = "data"
+            out["data"] = blob_tensor(self.store.load_blob(t["blob"]), t["dtype"], t["shape"]).tolist()
+        else:
+            default_init = ("randn" if t["dtype"] in dtypes.FLOATING or t["dtype"] in dtypes.COMPLEX
+                            else "rand" if t["dtype"] == "bool" else "randint")
+            if t["init"] != default_init:
+                out["init"] = t["init"]
+            args = dict(t.get("init_args") or {})
+            if t["init"] == "randint" and args.get("low") == 0 and args.get("high") == (2 if t["dtype"] == "bool" else 10):
+                args = {}
+            if t["init"] == "uniform" and args.get("low") == 0.0 and args.get("high") == 1.0:
+                args = {}
+            if args:
+                out["init_args"] = args
+        if t["dtype"] != case_dtype:
+            out["dtype"] = dtypes.short(t["dtype"])
+        if t.get("preset"):
+            out["preset"] = t["preset"]
+            if t.get("preset_args"):
+                out["preset_args"] = t["preset_args"]
+        return out
+
+    def input(self, spec: dict, case_dtype: str) -> dict:
+        if "tensor" in spec:
+            return {"tensor": self.tensor(spec["tensor"], case_dtype)}
+        if "tensor_list" in spec:
+            return {"tensor_list": [self.tensor(t, case_dtype) for t in spec["tensor_list"]]}
+        if "file" in spec:
+            return {"file": self.file(spec["file"])}
+        return dict(spec)
+
+    def file(self, f: dict) -> str:
+        import torch
+
+        if self.out_path is None:
+            raise ValueError("a case has file: inputs; export it with -o FILE so the .pt files can be written beside it")
+        folder = self.out_path.parent / f"{self.out_path.stem}.files"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{f['blob'][:12]}.pt"
+        if not target.exists():
+            torch.save(blob_tensor(self.store.load_blob(f["blob"]), f["dtype"], f["shape"]).clone(), target)
+        return str(target.relative_to(self.out_path.parent))
+
+
+def blob_tensor(data: bytes, dtype: str, shape: list[int]):
+    """The tensor stored in a blob (raw little-endian bytes in `dtype`)."""
+    import torch
+
+    if dtype == "bool":
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.bool).reshape(shape)
+    if not data:
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return torch.frombuffer(bytearray(data), dtype=getattr(torch, dtype)).reshape(shape).clone()
+
+
+def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
+    """The manifest of `model` as a Python structure ready for YAML."""
+    m = store.model(model)
+    defaults = {k: v for k, v in (store.models_defaults(m["name"]) or {}).items()}
+    writer = _Writer(store, out_path)
+    doc: dict = {"model": m["name"]}
+    for k in ("description", "family", "variant_of"):
+        if m.get(k):
+            doc[k] = m[k]
+    if defaults:
+        doc["default"] = {k: (dtypes.short(v) if k == "dtype" else v) for k, v in defaults.items()}
+    cases = []
+    for occ in store.occurrences([m["name"]], markexpr=""):
+        case_dtype = occ["declared_dtype"] or defaults.get("dtype") or "float32"
+        c: dict = {"name": occ["name"], "op": occ["op"]}
+        if occ["attrs"]:
+            c["attrs"] = _flow({k: (writer.input(v, case_dtype) if isinstance(v, dict) and len(v) == 1
+                                    and next(iter(v)) in casespec.INPUT_KINDS else v)
+                                for k, v in occ["attrs"].items()})
+        c["inputs"] = [_flow(writer.input(s, case_dtype)) for s in occ["inputs"]]
+        if occ["description"]:
+            c["description"] = occ["description"]
+        if occ["expects_error"]:
+            c["expects_error"] = _flow(occ["expects_error"])
+        own = occ["own_marks"] or []
+        derived = occ["derived_marks"] or []
+        all_marks = derived + [x for x in own if x not in derived]
+        if all_marks:
+            c["marks"] = _FlowList(all_marks)
+        if occ["skip_if"]:
+            c["skip_if"] = [dict(s) for s in occ["skip_if"]]
+        if occ["xfail"]:
+            c["xfail_if"] = occ["xfail"]["expr"]
+            c["xfail_reason"] = occ["xfail"]["reason"]
+        if occ["declared_dtype"]:
+            c["dtype"] = dtypes.short(occ["declared_dtype"])
+        if occ["seed"] is not None:
+            c["seed"] = occ["seed"]
+        d_rtol, d_atol = casespec.DEFAULT_TOL.get(case_dtype, (0.0, 0.0))
+        if occ["rtol"] != defaults.get("rtol", d_rtol):
+            c["rtol"] = occ["rtol"]
+        if occ["atol"] != defaults.get("atol", d_atol):
+            c["atol"] = occ["atol"]
+        cases.append(c)
+    doc["cases"] = cases
+    return doc
+
+
+def write_yaml(store: Store, model: str, out: IO[str], out_path: Path | None = None) -> int:
+    doc = manifest(store, model, out_path)
+    header = (f"# casedb manifest for {doc['model']} ({len(doc['cases'])} cases), RFC-0186 schema.\n"
+              f"# Derived marks ({', '.join(marks_mod.DERIVED)}) are recomputed on import.\n")
+    out.write(header)
+    yaml.dump(doc, out, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
+    return len(doc["cases"])

@@ -1,0 +1,175 @@
+"""Files → stored cases: detect the format, parse, normalize every record, then save once.
+
+Everything is parsed and validated before the database is touched, and the save is one
+transaction, so a bad file leaves the database byte-identical.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import importers
+from casedb import casespec
+from casedb.errors import InputError
+from casedb.store import ModelInfo, Occurrence, Store, model_key
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str
+    model: str | None = None
+    records: int = 0           # case records read
+    occurrences: int = 0       # occurrences after merging identical unnamed calls
+    new_cases: int = 0         # signatures not in the DB before (nor earlier in this import)
+    duplicates: int = 0        # occurrences whose case was already known
+    skipped: int = 0
+    skipped_reasons: list = field(default_factory=list)
+
+
+@dataclass
+class ImportReport:
+    files: list[FileReport]
+    dry_run: bool = False
+
+    def totals(self) -> dict:
+        keys = ("records", "occurrences", "new_cases", "duplicates", "skipped")
+        out = {k: sum(getattr(f, k) for f in self.files) for k in keys}
+        out["files"] = len(self.files)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "files": [asdict(f) for f in self.files], "totals": self.totals()}
+
+
+def expand(paths: Iterable[str | Path]) -> list[Path]:
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.lower().endswith(importers.SUFFIXES))
+            if not found:
+                raise InputError("folder has no importable files (.yaml, .jsonl, .json[.gz], .txt)", where=str(p))
+            out += found
+        elif p.exists():
+            out.append(p)
+        else:
+            raise InputError("no such file or folder", where=str(p))
+    return out
+
+
+def _auto_name(op: str, sig: str) -> str:
+    short = re.sub(r"^(torch\.ops\.|torch\.nn\.functional\.|torch\.Tensor\.|torch\.)", "", op)
+    return f"{short.replace('.', '_').strip('_')}_{sig[:8]}"
+
+
+def prepare(paths, *, format: str | None = None, model: str | None = None,
+            strict: bool = False, options: dict | None = None):
+    """Parse and normalize every file; returns (models, occurrences, reports). No DB access."""
+    models: dict[str, ModelInfo] = {}
+    occurrences: dict[tuple[str, str], Occurrence] = {}
+    named_at: dict[tuple[str, str], str] = {}
+    reports = []
+    for path in expand(paths):
+        try:
+            fmt = format or importers.detect(path)
+            mod = importers.module(fmt)
+        except importers.UnknownFormat as e:
+            raise InputError(str(e), where=str(path)) from None
+        if fmt in importers.NEEDS_MODEL and not model:
+            raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
+        accepted = inspect.signature(mod.parse).parameters
+        kwargs = {k: v for k, v in (options or {}).items() if k in accepted and v is not None}
+        report = FileReport(path=str(path), format=fmt)
+        file_model: ModelInfo | None = None
+        defaults: dict = {}
+        position = 0
+        file_keys = []
+        try:
+            for rec in mod.parse(path, **kwargs):
+                kind = rec.get("type")
+                if kind == "model":
+                    name = model or rec["name"]
+                    defaults = casespec.normalize_defaults(rec.get("defaults"), str(path))
+                    file_model = ModelInfo(name=name, family=rec.get("family"), variant_of=rec.get("variant_of"),
+                                           source=rec.get("source", str(path)), description=rec.get("description"),
+                                           defaults=defaults)
+                    _add_model(models, file_model)
+                    continue
+                if kind == "skipped":
+                    if strict:
+                        raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
+                                         "(drop --strict to skip such records)", where=rec.get("where", str(path)))
+                    report.skipped += 1
+                    report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
+                    continue
+                if kind != "case":
+                    raise InputError(f"parser produced a record of unknown type {kind!r}", where=str(path))
+                report.records += 1
+                name = model or rec.get("model") or (file_model.name if file_model else None)
+                if not name:
+                    raise InputError("these cases do not name their model: pass --model NAME", where=str(path))
+                if file_model is None or model_key(file_model.name) != model_key(name):
+                    file_model = models.get(model_key(name)) or ModelInfo(name=name, source=str(path))
+                    _add_model(models, file_model)
+                name = file_model.name
+                where = rec.get("where") or str(path)
+                norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent)
+                count = int(rec.get("count") or 1)
+                if norm.name is None:
+                    case_name = _auto_name(norm.op, norm.signature)
+                    if not norm.description:
+                        norm.description = where
+                else:
+                    case_name = norm.name
+                    first = named_at.get((name, case_name))
+                    if first:
+                        raise InputError(f"duplicate case name (first defined at {first}); names are unique per model",
+                                         where=where, case=case_name)
+                    named_at[(name, case_name)] = where
+                key = (name, case_name)
+                if key in occurrences:
+                    occurrences[key].count += count
+                else:
+                    occurrences[key] = Occurrence(model=name, case=norm, name=case_name, source=where,
+                                                  count=count, position=position)
+                    report.occurrences += 1
+                    file_keys.append(key)
+                position += 1
+                report.model = name
+        except (OSError, EOFError, ValueError, KeyError) as e:
+            # A parser's own error on a damaged file: name the file, lose nothing.
+            raise InputError(f"cannot read as {fmt}: {type(e).__name__}: {e}", where=str(path)) from None
+        reports.append((report, file_keys))
+    return list(models.values()), occurrences, reports
+
+
+def _add_model(models: dict, info: ModelInfo) -> None:
+    key = model_key(info.name)
+    old = models.get(key)
+    if old is None or info.defaults or not old.defaults:
+        models[key] = info
+
+
+def import_paths(store: Store, paths, *, format: str | None = None, model: str | None = None,
+                 dry_run: bool = False, strict: bool = False, replace: bool = False,
+                 options: dict | None = None) -> ImportReport:
+    """Import files into `store` in one transaction (nothing is written on any error)."""
+    models, occurrences, reports = prepare(paths, format=format, model=model, strict=strict, options=options)
+    known = store.existing_signatures(o.case.signature for o in occurrences.values())
+    files = []
+    for report, keys in reports:
+        for key in keys:
+            sig = occurrences[key].case.signature
+            if sig in known:
+                report.duplicates += 1
+            else:
+                report.new_cases += 1
+                known.add(sig)
+        files.append(report)
+    if not dry_run:
+        store.save(models, occurrences.values(), replace_models=[m.name for m in models] if replace else ())
+    return ImportReport(files=files, dry_run=dry_run)

@@ -1,0 +1,103 @@
+"""Layout presets: how a tensor input is re-laid out after it is generated and moved.
+
+A preset turns a freshly generated tensor of the spec's ``shape`` into a view with the same
+shape but another layout (non-contiguous, transposed, arbitrary strides). It runs *after* the
+move to the target device, so the device sees the same layout the reference sees.
+
+To add one, write ``f(tensor, **args) -> tensor`` and register it with ``@preset(...)``; the
+manifest validator reads the allowed/required argument names from this registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    fn: Callable[..., Any]
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    doc: str
+
+
+PRESETS: dict[str, Preset] = {}
+
+
+def preset(name: str, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()):
+    def register(fn):
+        PRESETS[name] = Preset(name, fn, required, optional, (fn.__doc__ or "").strip())
+        return fn
+
+    return register
+
+
+@preset("noncontig_slice", optional=("dim", "step"))
+def noncontig_slice(t, dim: int = -1, step: int = 2):
+    """Same shape, but a strided slice of a tensor `step` times larger along `dim`."""
+    import torch
+
+    dim = dim % t.dim()
+    big_shape = list(t.shape)
+    big_shape[dim] *= step
+    big = torch.zeros(big_shape, dtype=t.dtype, device=t.device)
+    index = [slice(None)] * t.dim()
+    index[dim] = slice(0, None, step)
+    view = big[tuple(index)]
+    view.copy_(t)
+    return view
+
+
+@preset("transpose_view", optional=("dim0", "dim1"))
+def transpose_view(t, dim0: int = 0, dim1: int = 1):
+    """Same shape, stored transposed: a transpose of a contiguous tensor of the swapped shape."""
+    swapped = t.transpose(dim0, dim1).contiguous()
+    return swapped.transpose(dim0, dim1)
+
+
+@preset("strided", required=("stride",), optional=("storage_offset",))
+def strided(t, stride, storage_offset: int = 0):
+    """Exactly the given strides (as recorded by a trace), over a storage large enough for them."""
+    import torch
+
+    shape = list(t.shape)
+    if any(s == 0 for s in shape):
+        return t
+    span = storage_offset + 1 + sum((n - 1) * abs(s) for n, s in zip(shape, stride))
+    storage = torch.zeros(span, dtype=t.dtype, device=t.device)
+    view = storage.as_strided(shape, list(stride), storage_offset)
+    # Overlapping strides (e.g. expand, stride 0) cannot hold arbitrary values: copy what fits.
+    if _overlaps(shape, stride):
+        view = torch.as_strided(storage, shape, list(stride), storage_offset)
+        flat = t.reshape(-1)[: view.numel()]
+        storage[storage_offset : storage_offset + flat.numel()] = flat[: span - storage_offset]
+        return view
+    view.copy_(t)
+    return view
+
+
+def _overlaps(shape, stride) -> bool:
+    dims = sorted((abs(s), n) for n, s in zip(shape, stride) if n > 1)
+    reach = 1
+    for s, n in dims:
+        if s < reach:
+            return True
+        reach = s * n
+    return False
+
+
+def check_args(name: str, args: dict) -> str | None:
+    """Return an error message if `name`/`args` are not a valid preset use, else None."""
+    p = PRESETS.get(name)
+    if p is None:
+        return f"unknown preset {name!r}; known presets: {', '.join(sorted(PRESETS))}"
+    allowed = set(p.required) | set(p.optional)
+    unknown = sorted(set(args) - allowed)
+    if unknown:
+        return f"preset {name!r} does not take {', '.join(unknown)}; it takes: {', '.join(sorted(allowed)) or 'no arguments'}"
+    missing = [a for a in p.required if a not in args]
+    if missing:
+        return f"preset {name!r} needs {', '.join(missing)}"
+    return None
