@@ -247,7 +247,10 @@ def _tensor(spec: Any, ctx: _Ctx, label: str) -> dict:
     for k in spec:
         if k not in TENSOR_KEYS:
             raise ValueError(f"{label}: " + unknown_key_message(k, TENSOR_KEYS))
-    dtype = dtypes.canonical(spec["dtype"]) if spec.get("dtype") is not None else ctx.case_dtype
+    try:
+        dtype = dtypes.canonical(spec["dtype"]) if spec.get("dtype") is not None else ctx.case_dtype
+    except dtypes.UnknownDtype as e:
+        raise ValueError(f"{label}: {e}") from None
     init = spec.get("init")
     data = spec.get("data")
     init_args = spec.get("init_args") or {}

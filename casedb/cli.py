@@ -81,9 +81,9 @@ def import_cmd(
     if level is not None and level not in ("top", "leaf"):
         fail(f"--level must be top or leaf, not {level!r}")
     try:
-        store = open_db()
-        report = import_paths(store, paths, format=format, model=model, dry_run=dry_run, strict=strict,
-                              replace=replace, options={"level": level})
+        with open_db() as store:
+            report = import_paths(store, paths, format=format, model=model, dry_run=dry_run, strict=strict,
+                                  replace=replace, options={"level": level})
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -108,7 +108,8 @@ def import_cmd(
 def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """List models with their case counts."""
     try:
-        rows = open_db().models()
+        with open_db() as store:
+            rows = store.models()
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -139,7 +140,8 @@ def cases_cmd(
 ):
     """List case occurrences."""
     try:
-        rows = open_db().occurrences(model, op=op, keyword=keyword, markexpr=markexpr, show_excluded=show_excluded)
+        with open_db() as store:
+            rows = store.occurrences(model, op=op, keyword=keyword, markexpr=markexpr, show_excluded=show_excluded)
     except (CasedbError, ValueError) as e:
         fail(e)
     rows = rows[:limit] if limit else rows
@@ -162,7 +164,8 @@ def show_cmd(
 ):
     """Show one case: what is executed and where each model uses it."""
     try:
-        rows = open_db().find(name)
+        with open_db() as store:
+            rows = store.find(name)
     except CasedbError as e:
         fail(e)
     first = rows[0]
@@ -189,7 +192,8 @@ def show_cmd(
 def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """Counts: models, unique cases, occurrences, duplicates."""
     try:
-        s = open_db().stats()
+        with open_db() as store:
+            s = store.stats()
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -211,22 +215,26 @@ def export_cmd(
     from casedb import export
 
     try:
-        store = open_db()
-        if format == "yaml":
+        if format not in ("yaml", "oplog"):
+            fail(f"--format must be yaml or oplog, not {format!r}")
+        with open_db() as store:
             if output:
                 output.parent.mkdir(parents=True, exist_ok=True)
-                with open(output, "w", encoding="utf-8") as f:
-                    n = export.write_yaml(store, model, f, output)
-            else:
-                n = export.write_yaml(store, model, sys.stdout, None)
-        elif format == "oplog":
-            n = export.write_oplog(store, model, output)
-        else:
-            fail(f"--format must be yaml or oplog, not {format!r}")
+            writer = export.write_yaml if format == "yaml" else export.write_oplog
+            with (open(output, "w", encoding="utf-8") if output else _stdout()) as f:
+                n = writer(store, model, f, output)
     except (CasedbError, ValueError) as e:
         fail(e)
     if output:
         err_console.print(f"wrote {n} cases to {output}")
+
+
+class _stdout:
+    def __enter__(self):
+        return sys.stdout
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
 
 
 def main():

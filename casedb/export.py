@@ -138,7 +138,8 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
         if m.get(k):
             doc[k] = m[k]
     if defaults:
-        doc["default"] = {k: (dtypes.short(v) if k == "dtype" else v) for k, v in defaults.items()}
+        doc["default"] = {k: (dtypes.short(defaults[k]) if k == "dtype" else defaults[k])
+                          for k in casespec.DEFAULT_KEYS if k in defaults}
     cases = []
     for occ in store.occurrences([m["name"]], markexpr=""):
         case_dtype = occ["declared_dtype"] or defaults.get("dtype") or "float32"
@@ -183,3 +184,12 @@ def write_yaml(store: Store, model: str, out: IO[str], out_path: Path | None = N
     out.write(header)
     yaml.dump(doc, out, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
     return len(doc["cases"])
+
+
+def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = None) -> int:
+    """Write a model's cases in PyTorch's operator_inp_logs format."""
+    from importers import oplog
+
+    m = store.model(model)
+    occurrences = store.occurrences([m["name"]], markexpr="")
+    return oplog.write(occurrences, out)

@@ -109,6 +109,12 @@ class Store:
     def close(self):
         self.db.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # ------------------------------------------------------------------------------ writing
 
     def save(self, models: Iterable[ModelInfo], occurrences: Iterable[Occurrence], *,

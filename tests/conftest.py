@@ -1,0 +1,36 @@
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
+
+
+@pytest.fixture
+def db_path(tmp_path) -> Path:
+    return tmp_path / "cases.db"
+
+
+@pytest.fixture
+def cli(db_path):
+    """Run `casedb --db <tmp db> ARGS...`; returns the click Result."""
+    from casedb.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args, db=None):
+        return runner.invoke(app, ["--db", str(db or db_path), *map(str, args)], catch_exceptions=False)
+
+    invoke.json = lambda *args, db=None: json.loads(invoke(*args, "--json", db=db).stdout)
+    return invoke
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
