@@ -141,7 +141,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
             raise ValueError("missing 'op' (e.g. op: torch.add)")
         op = normalize_op(case["op"])
         declared = dtypes.canonical(case["dtype"]) if case.get("dtype") is not None else None
-        case_dtype = declared or defaults.get("dtype") or "float32"
+        case_dtype = declared or dtypes.canonical(defaults.get("dtype") or "float32")
         ctx = _Ctx(source, base_dir, case_dtype)
         raw_inputs = case.get("inputs", [])
         if raw_inputs is None:

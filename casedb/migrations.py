@@ -48,3 +48,21 @@ def m001_initial(db):
     )
     db["results"].create_index(["run_id", "signature"])
     db["results"].create_index(["signature"])
+
+
+@migrations()
+def m002_judgements(db):
+    # One execution (results row) is judged once per model occurrence, with that occurrence's
+    # own tolerance and expectations; the `verdicts` view (report migrations) joins these.
+    db["judgements"].create(
+        {"id": int, "run_id": int, "result_id": int, "model_case_id": int, "model": str, "signature": str,
+         "outcome": str, "reason": str, "rtol": float, "atol": float, "created_at": str},
+        pk="id",
+        foreign_keys=[("run_id", "runs", "id"), ("result_id", "results", "id"),
+                      ("model_case_id", "model_cases", "id"), ("model", "models", "name"),
+                      ("signature", "cases", "signature")],
+    )
+    db["judgements"].create_index(["run_id", "model"])
+    db["judgements"].create_index(["model_case_id"])
+    db["runs"].add_column("summary", str)
+    db["runs"].add_column("selection", str)
