@@ -241,19 +241,11 @@ class Store:
         if op:
             where.append("(c.op = ? OR c.op LIKE ?)")
             params += [op, f"%{op}%"]
-        q = f"""SELECT mc.id, mc.model, mc.name, c.op, mc.signature, c.shapes, c.dtype, c.seed,
-                       c.inputs, c.attrs, c.marks AS derived_marks, mc.marks AS own_marks,
-                       mc.description, mc.source, mc.count, mc.rtol, mc.atol, mc.dtype AS declared_dtype,
-                       mc.skip_if, mc.expects_error, mc.xfail, mc.position
-                FROM model_cases mc JOIN cases c ON c.signature = mc.signature
-                {'WHERE ' + ' AND '.join(where) if where else ''}
-                ORDER BY mc.model, mc.position, mc.id"""
         expr = marks_mod.MarkExpression(markexpr if markexpr is not None else
                                         (marks_mod.DEFAULT_EXCLUDE if show_excluded else ""))
         kw = keyword.lower() if keyword else None
         out = []
-        for r in self.db.query(q, params):
-            row = decode_occurrence(r)
+        for row in self._occ_where(" AND ".join(where) or "1", params):
             if kw and kw not in f"{row['name']} {row['op']} {row['model']}".lower():
                 continue
             if expr.matches(row["marks"]) == show_excluded:
@@ -284,7 +276,7 @@ class Store:
                        mc.description, mc.source, mc.count, mc.rtol, mc.atol, mc.dtype AS declared_dtype,
                        mc.skip_if, mc.expects_error, mc.xfail, mc.position
                 FROM model_cases mc JOIN cases c ON c.signature = mc.signature WHERE {cond}
-                ORDER BY mc.model, mc.position"""
+                ORDER BY mc.model, mc.position, mc.id"""
         return [decode_occurrence(r) for r in self.db.query(q, params)]
 
     def case(self, signature: str) -> dict:
