@@ -39,7 +39,11 @@ def noncontig_slice(t, dim: int = -1, step: int = 2):
     """Same shape, but a strided slice of a tensor `step` times larger along `dim`."""
     import torch
 
-    dim = dim % t.dim()
+    if t.dim() == 0:
+        raise ValueError("preset noncontig_slice needs a tensor with at least one dimension")
+    if not isinstance(step, int) or step < 1:
+        raise ValueError(f"preset noncontig_slice: step must be an integer >= 1, got {step!r}")
+    dim = _dim(dim, t.dim(), "noncontig_slice")
     big_shape = list(t.shape)
     big_shape[dim] *= step
     big = torch.zeros(big_shape, dtype=t.dtype, device=t.device)
@@ -53,6 +57,9 @@ def noncontig_slice(t, dim: int = -1, step: int = 2):
 @preset("transpose_view", optional=("dim0", "dim1"))
 def transpose_view(t, dim0: int = 0, dim1: int = 1):
     """Same shape, stored transposed: a transpose of a contiguous tensor of the swapped shape."""
+    if t.dim() < 2:
+        raise ValueError(f"preset transpose_view needs a tensor with at least two dimensions, got {t.dim()}")
+    dim0, dim1 = _dim(dim0, t.dim(), "transpose_view"), _dim(dim1, t.dim(), "transpose_view")
     swapped = t.transpose(dim0, dim1).contiguous()
     return swapped.transpose(dim0, dim1)
 
@@ -63,6 +70,12 @@ def strided(t, stride, storage_offset: int = 0):
     import torch
 
     shape = list(t.shape)
+    stride = list(stride)
+    if len(stride) != len(shape):
+        raise ValueError(f"preset strided: {len(stride)} strides for a {len(shape)}-d tensor of shape {shape}")
+    if any(not isinstance(s, int) or s < 0 for s in stride) or storage_offset < 0:
+        raise ValueError(f"preset strided: strides and storage_offset must be non-negative integers, "
+                         f"got stride={stride}, storage_offset={storage_offset}")
     if any(s == 0 for s in shape):
         return t
     span = storage_offset + 1 + sum((n - 1) * abs(s) for n, s in zip(shape, stride))
@@ -70,12 +83,17 @@ def strided(t, stride, storage_offset: int = 0):
     view = storage.as_strided(shape, list(stride), storage_offset)
     # Overlapping strides (e.g. expand, stride 0) cannot hold arbitrary values: copy what fits.
     if _overlaps(shape, stride):
-        view = torch.as_strided(storage, shape, list(stride), storage_offset)
         flat = t.reshape(-1)[: view.numel()]
         storage[storage_offset : storage_offset + flat.numel()] = flat[: span - storage_offset]
         return view
     view.copy_(t)
     return view
+
+
+def _dim(d: int, ndim: int, name: str) -> int:
+    if not isinstance(d, int) or not -ndim <= d < ndim:
+        raise ValueError(f"preset {name}: dimension {d!r} is out of range for a {ndim}-d tensor")
+    return d % ndim
 
 
 def _overlaps(shape, stride) -> bool:

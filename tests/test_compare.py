@@ -1,0 +1,126 @@
+"""casedb.compare: structure, shape, dtype, then values (torch.testing's rule), metadata, bits."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from casedb.compare import bitwise_equal, compare
+
+nan, inf = math.nan, math.inf
+
+
+def test_equal_tensors_pass_with_zero_errors():
+    a = torch.randn(4, 5)
+    c = compare(a, a.clone(), rtol=0, atol=0)
+    assert c.passed and c.mode == "values" and c.max_abs_err == 0 and c.mismatch_count == 0 and c.numel == 20
+    json.dumps(c.to_dict())
+
+
+def test_tolerance_rule_and_metrics():
+    ref = torch.tensor([1.0, 2.0, -4.0, 0.0], dtype=torch.float64)
+    # |a - b| <= atol + rtol * |b| with atol 0.1, rtol 0.1: allowed 0.2, 0.3, 0.5, 0.1
+    ok = ref + torch.tensor([0.2, -0.3, 0.5, 0.1], dtype=torch.float64)
+    c = compare(ref, ok, rtol=0.1, atol=0.1)
+    assert c.passed, c.reason
+    bad = ref + torch.tensor([0.25, 0.0, -0.6, 0.0], dtype=torch.float64)
+    c = compare(ref, bad, rtol=0.1, atol=0.1)
+    assert not c.passed and c.mismatch_count == 2 and c.numel == 4
+    assert c.max_abs_err == pytest.approx(0.6) and c.max_rel_err == pytest.approx(0.25)
+    assert "2 of 4 elements" in c.reason and not c.nan_inf_mismatch
+
+
+def test_half_precision_is_compared_in_float32():
+    ref = torch.tensor([1000.0], dtype=torch.float16)
+    out = torch.tensor([1001.0], dtype=torch.float16)
+    c = compare(ref, out, rtol=1e-3, atol=0)
+    assert c.passed and c.max_abs_err == 1.0 and c.max_rel_err == pytest.approx(1e-3)
+
+
+def test_nan_and_inf():
+    ref = torch.tensor([nan, inf, -inf, 1.0])
+    assert compare(ref, ref.clone(), rtol=0, atol=0).passed
+    c = compare(ref, torch.tensor([nan, inf, inf, 1.0]), rtol=0, atol=0)
+    assert not c.passed and c.nan_inf_mismatch and c.mismatch_count == 1 and c.max_abs_err == 0.0
+    c = compare(ref, torch.tensor([0.0, inf, -inf, 1.0]), rtol=1, atol=1)
+    assert not c.passed and c.nan_inf_mismatch and c.mismatch_count == 1
+    c = compare(torch.tensor([1.0]), torch.tensor([nan]), rtol=0, atol=0)
+    assert not c.passed and c.nan_inf_mismatch
+
+
+def test_integers_and_bools_are_exact():
+    c = compare(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4]), rtol=1, atol=10)
+    assert not c.passed and c.mismatch_count == 1 and c.max_abs_err == 1.0 and "exact" in c.reason
+    c = compare(torch.tensor([True, False]), torch.tensor([True, True]), rtol=1, atol=1)
+    assert not c.passed and c.mismatch_count == 1
+
+
+def test_shape_and_dtype():
+    c = compare(torch.zeros(2, 3), torch.zeros(3, 2))
+    assert not c.passed and "shape [3, 2] but reference [2, 3]" in c.reason
+    c = compare(torch.zeros(2), torch.zeros(2, dtype=torch.float16))
+    assert not c.passed and "dtype float16 but reference float32" in c.reason
+    assert compare(torch.zeros(2), torch.zeros(2, dtype=torch.float16), check_dtype=False).passed
+
+
+def test_structures():
+    t = torch.ones(2)
+    assert compare((t, [t, None], {"a": 3}), [t, (t, None), {"a": 3}]).passed
+    c = compare((t, t), (t,))
+    assert not c.passed and "2 items" in c.reason
+    c = compare({"output": (t, t)}, {"output": (t, t + 1)}, rtol=0, atol=0)
+    assert not c.passed and c.where == "output[1]" and c.reason.startswith("output[1]:")
+    c = compare(None, t)
+    assert not c.passed and "reference is NoneType" in c.reason
+    c = compare({"output": t}, {"output": t, "args[0]": t})
+    assert not c.passed and "keys differ" in c.reason
+    assert compare(torch.Size([2, 3]), torch.Size([2, 3])).passed
+    assert compare(torch.device("cpu"), torch.device("meta")).passed
+    assert not compare("a", "b").passed
+
+
+def test_python_scalars():
+    assert compare(1.0, 1.0005, rtol=1e-3, atol=0).passed
+    c = compare(1.0, 1.1, rtol=1e-3, atol=0)
+    assert not c.passed and c.max_abs_err == pytest.approx(0.1)
+    assert not compare(3, 4, rtol=1, atol=1).passed
+    assert not compare(3, 3.0).passed and compare(3, 3.0, check_dtype=False).passed
+    assert compare(nan, nan).passed and not compare(nan, 1.0).passed
+    assert compare(True, True).passed and not compare(True, False).passed
+
+
+def test_metadata_mode():
+    a = torch.randn(3, 4)
+    c = compare(a, torch.randn(3, 4), mode="metadata")
+    assert c.passed and c.mode == "metadata" and "metadata only" in c.reason and c.max_abs_err is None
+    c = compare(a, torch.randn(4, 3).t(), mode="metadata")
+    assert not c.passed and "strides" in c.reason
+    # strides of size-1 dimensions do not matter
+    assert compare(torch.empty(1, 4), torch.empty(4, 1).t(), mode="metadata").passed
+    assert not compare(a, a.half(), mode="metadata").passed
+
+
+def test_complex_values():
+    ref = torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64)
+    c = compare(ref, ref + 0.5j, rtol=0, atol=0.1)
+    assert not c.passed and c.max_abs_err == pytest.approx(0.5)
+    assert compare(ref, ref + 0.05, rtol=0, atol=0.1).passed
+
+
+def test_bits():
+    a = torch.tensor([0.0, nan, 1.0])
+    assert bitwise_equal(a, a.clone()).passed
+    c = bitwise_equal(a, torch.tensor([-0.0, nan, 1.0]))
+    assert not c.passed and c.mismatch_count == 1
+    assert not bitwise_equal(torch.tensor([1.0]), torch.tensor([1.0 + 1e-7])).passed
+    assert bitwise_equal((torch.tensor([1, 2]), 3), (torch.tensor([1, 2]), 3)).passed
+
+
+def test_noncontiguous_and_empty():
+    a = torch.randn(4, 6)
+    assert compare(a.t(), a.t().contiguous(), rtol=0, atol=0).passed
+    c = compare(torch.zeros(0, 3), torch.zeros(0, 3))
+    assert c.passed and c.numel == 0
