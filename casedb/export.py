@@ -186,10 +186,14 @@ def write_yaml(store: Store, model: str, out: IO[str], out_path: Path | None = N
     return len(doc["cases"])
 
 
-def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = None) -> int:
-    """Write a model's cases in PyTorch's operator_inp_logs format."""
+def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = None,
+                skipped: list | None = None) -> int:
+    """Write a model's cases in PyTorch's operator_inp_logs format.
+
+    Cases the format cannot express (e.g. `torch.add`, which has no aten overload) are appended
+    to `skipped` as {case, op, reason}."""
     from importers import oplog
 
     m = store.model(model)
     occurrences = store.occurrences([m["name"]], markexpr="")
-    return oplog.write(occurrences, out)
+    return oplog.write(occurrences, out, skipped=skipped if skipped is not None else [])

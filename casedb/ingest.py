@@ -6,6 +6,7 @@ transaction, so a bad file leaves the database byte-identical.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import re
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,17 @@ def _auto_name(op: str, sig: str) -> str:
 def prepare(paths, *, format: str | None = None, model: str | None = None,
             strict: bool = False, options: dict | None = None):
     """Parse and normalize every file; returns (models, occurrences, reports). No DB access."""
+    # Many small live objects and no cycles: the collector's repeated walks would dominate.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _prepare(paths, format=format, model=model, strict=strict, options=options)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _prepare(paths, *, format, model, strict, options):
     models: dict[str, ModelInfo] = {}
     occurrences: dict[tuple[str, str], Occurrence] = {}
     named_at: dict[tuple[str, str], str] = {}

@@ -1,0 +1,227 @@
+"""Import throughput of a large Kineto trace vs a raw SQLite executemany of the same events.
+
+    python bench/bench_import.py [--events 200000] [--variants 20] [--gzip] [--json]
+
+Builds a Kineto trace of ``--events`` cpu_op events in the exact format of
+``export_chrome_trace`` (the events of tests/data/traces/llama_tiny_forward.kineto.json, a real
+profile of a tiny Llama, repeated with shifted timestamps and, per repetition, one of
+``--variants`` sequence lengths so the trace holds that many distinct shape sets), then in the
+same process:
+
+* **casedb**: ``casedb.ingest.import_paths`` into a fresh DB: read + decode JSON, nest, aggregate,
+  resolve overloads, normalize, sign and save (the path ``casedb import --model`` takes);
+* **json.loads alone** (GC paused): the ceiling of any importer built on the stdlib json;
+* **parse only**: ``importers.kineto.parse`` alone;
+* **raw executemany**: decode the same file and ``executemany`` one row per cpu_op event
+  (name, ts, dur, args JSON) into a fresh SQLite table in one transaction: the least any
+  importer of this file must do;
+* **raw executemany (pre-built rows)**: the executemany alone, rows already in memory;
+* **the same rows**: ``executemany`` of exactly the rows casedb stored (models, cases,
+  model_cases) into empty copies of its tables.
+
+Rates are trace events per second. Goal: casedb >= 200k events/s and >= 0.5x raw executemany.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FIXTURE = ROOT / "tests" / "data" / "traces" / "llama_tiny_forward.kineto.json"
+
+
+def _resize(obj, old: int, new: int):
+    """Replace the sequence length in nested dims/strides/concrete lists (7 -> new)."""
+    if isinstance(obj, list):
+        return [_resize(x, old, new) for x in obj]
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return new if obj == old else obj
+    return obj
+
+
+def make_trace(path: Path, events: int, variants: int) -> int:
+    base = json.loads(FIXTURE.read_text())
+    ops = [e for e in base["traceEvents"] if e.get("cat") == "cpu_op"]
+    t0 = min(e["ts"] for e in ops)
+    span = max(e["ts"] + e["dur"] for e in ops) - t0 + 10.0
+    sets = []
+    for v in range(min(variants, max(1, events // len(ops) + 1))):
+        seq = 7 + v * 2  # never 7*k collisions with other dims of the fixture (32, 64, 128 ...)
+        vs = []
+        for e in ops:
+            a = dict(e["args"])
+            a["Input Dims"] = _resize(a["Input Dims"], 7, seq)
+            a["Input Strides"] = a["Input Strides"]  # strides kept: they stay valid layouts
+            vs.append((e, a))
+        sets.append(vs)
+    out = []
+    rep = 0
+    while len(out) < events:
+        for e, a in sets[rep % len(sets)]:
+            if len(out) >= events:
+                break
+            ev = dict(e)
+            ev["ts"] = round(e["ts"] - t0 + rep * span, 3)
+            ev["args"] = dict(a, **{"External id": len(out) + 1, "Ev Idx": len(out)})
+            out.append(ev)
+        rep += 1
+    # Written in export_chrome_trace's own layout (one key per line, args on one line), so the
+    # file has the size and shape of a real trace of this many events.
+    head = {k: v for k, v in base.items() if k not in ("traceEvents", "traceName")}
+    with open(path, "w") as f:
+        f.write("{\n" + "".join(f'  "{k}": {json.dumps(v)},\n' for k, v in head.items()) + '  "traceEvents": [\n')
+        for j, ev in enumerate(out):
+            args = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in ev["args"].items())
+            f.write(f'  {{\n    "ph": "X",\n    "cat": "cpu_op",\n    "name": "{ev["name"]}",\n'
+                    f'    "pid": {ev["pid"]},\n    "tid": {ev["tid"]},\n    "ts": {ev["ts"]},\n'
+                    f'    "dur": {ev["dur"]}\n    ,\n    "args": {{\n      {args}\n    }}\n  }}'
+                    + (",\n" if j + 1 < len(out) else "\n"))
+        f.write(f'  ],"traceName": "{path}" }}\n')
+    return len(out)
+
+
+def raw_executemany(path: Path, db: Path) -> tuple[float, float]:
+    """(seconds decode+insert, seconds insert only) for one row per cpu_op event.
+
+    Decoding runs with the GC paused, as the importer does, so both sides pay the same for it.
+    """
+    from importers.kineto import paused_gc
+
+    t = time.perf_counter()
+    with paused_gc():
+        data = json.loads(path.read_bytes())
+        rows = [(e["name"], e["ts"], e["dur"], json.dumps(e["args"]))
+                for e in data["traceEvents"] if e.get("cat") == "cpu_op"]
+        del data
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE events (name TEXT, ts REAL, dur REAL, args TEXT)")
+    t_ins = time.perf_counter()
+    with con:
+        con.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", rows)
+    end = time.perf_counter()
+    con.close()
+    return end - t, end - t_ins
+
+
+def raw_same_rows(casedb_db: Path, db: Path) -> tuple[int, float]:
+    """(rows, seconds) to executemany the rows casedb stored into empty copies of its tables."""
+    src = sqlite3.connect(casedb_db)
+    tables = ["models", "cases", "model_cases"]
+    schema = {t: src.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [t]).fetchone()[0]
+              for t in tables}
+    rows = {t: src.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    src.close()
+    con = sqlite3.connect(db)
+    for t in tables:
+        con.execute(schema[t])
+    t0 = time.perf_counter()
+    with con:
+        for t in tables:
+            if rows[t]:
+                con.executemany(f"INSERT INTO {t} VALUES ({', '.join('?' * len(rows[t][0]))})", rows[t])
+    seconds = time.perf_counter() - t0
+    con.close()
+    return sum(len(r) for r in rows.values()), seconds
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--variants", type=int, default=20,
+                    help="sequence-length variants of the forward (distinct shape sets; ~58 distinct calls each)")
+    ap.add_argument("--gzip", action="store_true", help="also time the same trace as .json.gz")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args(argv)
+
+    import torch  # noqa: F401  (loaded by casedb anyway; keep its import time out of the timings)
+
+    from casedb.ingest import import_paths
+    from casedb.store import Store
+    from importers import kineto
+
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        trace = tmp / "big.pt.trace.json"
+        n = make_trace(trace, args.events, args.variants)
+        res["events"] = n
+        res["trace_mb"] = round(trace.stat().st_size / 1e6, 1)
+
+        from importers.kineto import paused_gc
+
+        raw = trace.read_bytes()
+        with paused_gc():
+            t = time.perf_counter()
+            decoded = json.loads(raw)
+            res["decode_only_s"] = round(time.perf_counter() - t, 3)
+            del decoded, raw
+
+        t = time.perf_counter()
+        recs = list(kineto.parse(trace))
+        res["parse_s"] = round(time.perf_counter() - t, 3)
+        res["records"] = len(recs)
+        res["calls"] = sum(r["count"] for r in recs)
+        del recs
+
+        t = time.perf_counter()
+        with Store(tmp / "casedb.sqlite") as store:
+            report = import_paths(store, [trace], model="bench")
+        res["casedb_s"] = round(time.perf_counter() - t, 3)
+        res["new_cases"] = report.totals()["new_cases"]
+
+        raw_all, raw_ins = raw_executemany(trace, tmp / "raw.sqlite")
+        res["raw_s"] = round(raw_all, 3)
+        res["raw_insert_only_s"] = round(raw_ins, 3)
+        res["same_rows"], same_s = raw_same_rows(tmp / "casedb.sqlite", tmp / "same.sqlite")
+        res["raw_same_rows_s"] = round(same_s, 4)
+
+        if args.gzip:
+            gz = tmp / "big.pt.trace.json.gz"
+            with open(trace, "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:
+                dst.write(src.read())
+            t = time.perf_counter()
+            with Store(tmp / "casedb_gz.sqlite") as store:
+                import_paths(store, [gz], model="bench")
+            res["casedb_gz_s"] = round(time.perf_counter() - t, 3)
+
+    rate = lambda s: round(n / s) if s else None  # noqa: E731
+    res["decode_only_events_per_s"] = rate(res["decode_only_s"])
+    res["parse_events_per_s"] = rate(res["parse_s"])
+    res["casedb_events_per_s"] = rate(res["casedb_s"])
+    res["raw_events_per_s"] = rate(res["raw_s"])
+    res["raw_insert_only_rows_per_s"] = rate(res["raw_insert_only_s"])
+    res["ratio_vs_raw"] = round(res["raw_s"] / res["casedb_s"], 2)
+    res["ratio_vs_raw_insert_only"] = round(res["raw_insert_only_s"] / res["casedb_s"], 2)
+    if "casedb_gz_s" in res:
+        res["casedb_gz_events_per_s"] = rate(res["casedb_gz_s"])
+    res["goal_met"] = res["casedb_events_per_s"] >= 200_000 and res["ratio_vs_raw"] >= 0.5
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"{n} events ({res['trace_mb']} MB) -> {res['records']} records, {res['new_cases']} new cases")
+        print(f"  json.loads alone        {res['decode_only_s']:7.3f} s  {res['decode_only_events_per_s']:>9} events/s"
+              "   (ceiling of any stdlib-json importer on this machine)")
+        print(f"  parse only              {res['parse_s']:7.3f} s  {res['parse_events_per_s']:>9} events/s")
+        print(f"  casedb import           {res['casedb_s']:7.3f} s  {res['casedb_events_per_s']:>9} events/s")
+        print(f"  raw decode+executemany  {res['raw_s']:7.3f} s  {res['raw_events_per_s']:>9} events/s"
+              f"   casedb/raw = {res['ratio_vs_raw']}x")
+        print(f"  raw executemany only    {res['raw_insert_only_s']:7.3f} s  "
+              f"{res['raw_insert_only_rows_per_s']:>9} rows/s"
+              f"     casedb/raw = {res['ratio_vs_raw_insert_only']}x")
+        print(f"  executemany of the {res['same_rows']} rows casedb stored: {res['raw_same_rows_s']} s")
+        if "casedb_gz_s" in res:
+            print(f"  casedb import .gz       {res['casedb_gz_s']:7.3f} s  {res['casedb_gz_events_per_s']:>9} events/s")
+        print("  goal (>= 200k events/s and >= 0.5x raw decode+executemany):", "met" if res["goal_met"] else "NOT met")
+    return res
+
+
+if __name__ == "__main__":
+    main()
