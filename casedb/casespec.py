@@ -23,7 +23,7 @@ from casedb import dtypes, marks as marks_mod, presets, safe_eval, signature as 
 from casedb.errors import InputError
 
 CASE_KEYS = ("name", "op", "inputs", "attrs", "kwmap", "description", "expects_error", "marks",
-             "skip_if", "dtype", "seed", "rtol", "atol", "xfail_if", "xfail_reason")
+             "skip_if", "dtype", "seed", "rtol", "atol", "xfail_if", "xfail_reason", "count")
 DEFAULT_KEYS = ("dtype", "seed", "rtol", "atol")
 INPUT_KINDS = ("tensor", "value", "py", "tensor_list", "file")
 TENSOR_KEYS = ("shape", "init", "init_args", "dtype", "preset", "preset_args", "data")
@@ -165,6 +165,8 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
             else:
                 attrs[k] = _plain_value(v, f"attrs.{k}")
         seed = _int(case["seed"], "seed") if case.get("seed") is not None else None
+        if "count" in case and (isinstance(case["count"], bool) or not isinstance(case["count"], int) or case["count"] < 1):
+            raise ValueError(f"'count' (calls of this case in the model) must be a positive integer, got {case['count']!r}")
         rtol_default, atol_default = DEFAULT_TOL.get(case_dtype, (0.0, 0.0))
         rtol = _tol(case["rtol"], "rtol") if case.get("rtol") is not None else defaults.get("rtol", rtol_default)
         atol = _tol(case["atol"], "atol") if case.get("atol") is not None else defaults.get("atol", atol_default)

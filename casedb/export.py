@@ -74,7 +74,9 @@ class _Writer:
             import torch
 
             out["init"] = "data"
-            out["data"] = blob_tensor(self.store.load_blob(t["blob"]), t["dtype"], t["shape"]).tolist()
+            values = blob_tensor(self.store.load_blob(t["blob"]), t["dtype"], t["shape"])
+            # Flat (the shape says how to fold it); bools as 0/1: a big mask stays a few lines.
+            out["data"] = (values.to(torch.uint8) if t["dtype"] == "bool" else values).reshape(-1).tolist()
         else:
             default_init = ("randn" if t["dtype"] in dtypes.FLOATING or t["dtype"] in dtypes.COMPLEX
                             else "rand" if t["dtype"] == "bool" else "randint")
@@ -167,6 +169,8 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
             c["dtype"] = dtypes.short(occ["declared_dtype"])
         if occ["seed"] is not None:
             c["seed"] = occ["seed"]
+        if occ["count"] and occ["count"] > 1:
+            c["count"] = occ["count"]
         d_rtol, d_atol = casespec.DEFAULT_TOL.get(case_dtype, (0.0, 0.0))
         if occ["rtol"] != defaults.get("rtol", d_rtol):
             c["rtol"] = occ["rtol"]

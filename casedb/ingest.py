@@ -131,6 +131,8 @@ def _prepare(paths, *, format, model, strict, options):
                 where = rec.get("where") or str(path)
                 norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent)
                 count = int(rec.get("count") or 1)
+                if isinstance(rec["case"], dict) and rec["case"].get("count"):
+                    count = rec["case"]["count"]
                 if norm.name is None:
                     case_name = _auto_name(norm.op, norm.signature)
                     if not norm.description:

@@ -26,6 +26,9 @@ Dropped (counted in the header's ``dropped``, never recorded):
   unchanged (same dtype, device move only).
 * ``uninitialized allocation`` — ``empty``, ``empty_like``, ``new_empty``, ``empty_strided``:
   their values are undefined, so no reference comparison can be made.
+* ``alias`` — ``detach``, ``aten.alias``, ``aten.lift_fresh``: a new name for the same data.
+* ``torch internal`` — private Tensor methods that torch's own helpers call on the model's
+  behalf (``Tensor._is_all_true`` inside ``torch._check``).
 
 Calls the case schema cannot represent (an index mixing tensors and slices, an opaque object
 argument) become ``skipped`` records with the reason; the importer counts and lists them.
@@ -37,6 +40,7 @@ one record with its ``count``. Value-sensitive inputs (indices, offsets, masks) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import linecache
 import math
@@ -47,6 +51,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from casedb import dtypes, valid_inputs
 from casedb.errors import InputError
@@ -219,6 +227,29 @@ class ScanResult:
                 "ops": len({r["case"]["op"] for r in self.cases}), "seconds": round(self.seconds, 2)}
 
 
+# ------------------------------------------------------------------------------- command
+
+DEFAULT_OUT_DIR = Path("data") / "scans"
+
+
+def scan_command(model: str, *, output: str | Path | None = None, level: str = "torch", phases=PHASES,
+                 arch: str | None = None, store=None) -> dict:
+    """What ``casedb scan`` does: scan, write the scan JSONL (to ``output``, default
+    ``data/scans/<model>-<level>.jsonl``) and, given an open ``store``, import that file.
+
+    Returns a summary dict (unique calls, ops, seconds, the file, and the import report).
+    """
+    result = scan(model, level=level, phases=phases, arch=arch)
+    path = Path(output) if output else DEFAULT_OUT_DIR / f"{result.header['model']}-{level}.jsonl"
+    result.write(path)
+    summary = {**result.summary(), "output": str(path), "dropped": result.header["dropped"]}
+    if store is not None:
+        from casedb.ingest import import_paths
+
+        summary["import"] = import_paths(store, [path]).totals()
+    return summary
+
+
 # ---------------------------------------------------------------------------------- scanning
 
 def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, arch: str | None = None) -> ScanResult:
@@ -233,11 +264,10 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
     if bad or not phases:
         raise ScanError(f"unknown phase {', '.join(bad) or '(none)'}; choose from {', '.join(PHASES)}")
 
-    import torch
     import transformers
 
     model = _build(recipe)
-    recorder = _Recorder(level)
+    recorder = _Recorder(level, recipe.model)
     with torch.no_grad():
         prefill = _prefill_inputs(recipe, model)
         out = _forward(model, prefill, recorder, record="prefill" in phases)
@@ -257,7 +287,6 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
 
 def _build(recipe: Recipe):
     """The model at full size on the meta device, in eval mode, in the recipe's dtype."""
-    import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -275,15 +304,12 @@ def _build(recipe: Recipe):
                         "fix 'arch' in the recipe (or --arch)", where=recipe.source)
     dtype = getattr(torch, dtypes.canonical(recipe.dtype))
     with torch.device("meta"):
+        # what the Auto classes' from_config calls: sets the dtype and attention implementation
         model = cls._from_config(config, dtype=dtype)
     return model.eval()
 
 
 def _forward(model, kwargs: dict, recorder: "_Recorder", record: bool):
-    import torch
-
-    # Model-side sanity checks compare meta values (e.g. token counts); they are not operators.
-    os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
     recorder.recording = record
     try:
         with recorder.modes():
@@ -297,21 +323,16 @@ def _forward(model, kwargs: dict, recorder: "_Recorder", record: bool):
         ) from e
     finally:
         recorder.recording = False
-        torch.set_grad_enabled(False)
 
 
 # ------------------------------------------------------------------------------ forward inputs
 
 def _ids(batch: int, length: int, vocab: int, fill_from: int = 1):
     """Deterministic, in-vocabulary token ids (values only matter for placeholder tokens)."""
-    import torch
-
     return (torch.arange(batch * length).reshape(batch, length) * 7919 + fill_from) % vocab
 
 
 def _prefill_inputs(recipe: Recipe, model) -> dict:
-    import torch
-
     inp = recipe.inputs
     batch = int(inp["batch"])
     common = {"use_cache": True, "logits_to_keep": 1}
@@ -323,10 +344,7 @@ def _prefill_inputs(recipe: Recipe, model) -> dict:
         cfg = model.config
         height, width = (int(x) for x in inp["image_size"])
         image_sizes = torch.tensor([[height, width]] * batch)
-        num_tokens = _llava_image_tokens(model, height, width)
-        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
-
-        patches = image_size_to_num_patches((height, width), cfg.image_grid_pinpoints, cfg.vision_config.image_size)
+        patches, num_tokens = _llava_image_tokens(model, height, width)
         size = cfg.vision_config.image_size
         ids = _ids(batch, text_len, min(text_vocab, cfg.image_token_index))
         placeholder = torch.full((batch, num_tokens), cfg.image_token_index)
@@ -349,7 +367,6 @@ def _prefill_inputs(recipe: Recipe, model) -> dict:
 def _llava_image_tokens(model, height: int, width: int) -> int:
     """How many placeholder tokens one image of (height, width) becomes (the processor's count),
     computed with the model's own packing code on meta features (not recorded)."""
-    import torch
     from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
     cfg = model.config
@@ -360,7 +377,7 @@ def _llava_image_tokens(model, height: int, width: int) -> int:
         [feats], torch.tensor([[height, width]]), cfg.vision_feature_select_strategy,
         image_newline=model.model.image_newline,
     )
-    return packed[0].shape[0]
+    return patches, packed[0].shape[0]
 
 
 def _decode_inputs(recipe: Recipe, model, prefill_out) -> dict:
@@ -388,13 +405,15 @@ _ALLOCATIONS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch
                 "torch.Tensor.new_empty_strided", "torch.ops.aten.empty.memory_format",
                 "torch.ops.aten.empty_like.default", "torch.ops.aten.empty_strided.default",
                 "torch.ops.aten.new_empty.default", "torch.ops.aten.new_empty_strided.default"}
+_ALIASES = {"torch.Tensor.detach", "torch.ops.aten.detach.default", "torch.ops.aten.alias.default",
+            "torch.ops.aten.lift_fresh.default"}
 _INDEX_OPS = {"torch.getitem", "torch.setitem"}
+_PYTHON_DTYPES = {bool: "torch.bool", int: "torch.int64", float: "torch.float32"}
 
 
 def torch_name(func) -> str | None:
     """Public qualified name of a callable seen by a TorchFunctionMode, or None."""
     global _NAMES
-    import torch
 
     if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return "torch.ops." + str(func).replace("::", ".")
@@ -417,7 +436,6 @@ def torch_name(func) -> str | None:
 
 
 def _site_roots():
-    import torch
     import transformers
 
     torch_dir = os.path.dirname(torch.__file__) + os.sep
@@ -429,8 +447,9 @@ def _site_roots():
 class _Recorder:
     """Collects calls from the torch-level and aten-level modes into deduplicated records."""
 
-    def __init__(self, level: str):
+    def __init__(self, level: str, model: str | None = None):
         self.level = level
+        self.model = model
         self.recording = False
         self.calls = 0
         self.dropped: Counter = Counter()
@@ -438,13 +457,13 @@ class _Recorder:
         self._internal, self._site = _site_roots()
         self._code_internal: dict[Any, bool] = {}
         self.last_site: str | None = None
+        self._keys: dict[str, str] = {}
 
     def records(self) -> list[dict]:
         return list(self._records.values())
 
-    def modes(self):
-        import contextlib
-
+    def modes(self) -> contextlib.ExitStack:
+        # The torch-level mode is always on: it keeps control tensors on the CPU at both levels.
         stack = contextlib.ExitStack()
         stack.enter_context(_TorchMode(self))
         if self.level == "aten":
@@ -454,7 +473,7 @@ class _Recorder:
     # -- where a call comes from
     def site(self) -> tuple[str, str]:
         """(file:line, code) of the innermost frame outside torch and casedb."""
-        frame = sys._getframe(2)
+        frame = sys._getframe(1)
         while frame is not None:
             code = frame.f_code
             internal = self._code_internal.get(code)
@@ -476,7 +495,7 @@ class _Recorder:
         return self.last_site, code_line
 
     # -- one call
-    def add(self, op: str, args, kwargs, out, encoded) -> None:
+    def add(self, op: str, args, out, encoded) -> None:
         self.calls += 1
         reason = self._drop_reason(op, args, out)
         if reason:
@@ -489,21 +508,25 @@ class _Recorder:
             self._records.setdefault(key, {**rec, "count": 0})["count"] += 1
             return
         inputs, attrs = encoded
-        case = valid_inputs.apply({"op": op, "inputs": inputs, "attrs": attrs})
-        valid_inputs.strip_values(case)
-        case["description"] = f"File: {where}\nCode: {code}"
-        key = json.dumps([op, case["inputs"], case["attrs"], where], sort_keys=True)
-        rec = self._records.get(key)
-        if rec is None:
-            self._records[key] = {"type": "case", "model": None, "where": where, "count": 1, "case": case}
-        else:
-            rec["count"] += 1
+        # Most calls repeat (one per layer): the raw encoding finds the record without redoing
+        # the rules; different raw encodings (e.g. captured values a rule dropped) may share one.
+        raw = repr((op, inputs, attrs, where))
+        key = self._keys.get(raw)
+        if key is None:
+            case = valid_inputs.strip_values(valid_inputs.apply({"op": op, "inputs": inputs, "attrs": attrs}))
+            case["description"] = f"File: {where}\nCode: {code}"
+            key = self._keys[raw] = json.dumps([op, case["inputs"], case["attrs"], where], sort_keys=True)
+            if key not in self._records:
+                self._records[key] = {"type": "case", "model": self.model, "where": where, "count": 0, "case": case}
+        self._records[key]["count"] += 1
 
     def _drop_reason(self, op: str, args, out) -> str | None:
-        import torch
-
         if op in _ALLOCATIONS:
             return "uninitialized allocation"
+        if op in _ALIASES:
+            return "alias"
+        if op.startswith("torch.Tensor._") and not op.startswith("torch.Tensor.__"):
+            return "torch internal"
         if op == "torch.setitem":
             return None
         if not _has_tensor(out):
@@ -518,8 +541,6 @@ class _Recorder:
 
 
 def _has_tensor(x) -> bool:
-    import torch
-
     if isinstance(x, torch.Tensor):
         return True
     if isinstance(x, (list, tuple)):
@@ -556,7 +577,6 @@ def _py(x) -> str | None:
 
 def _encode(x, *, index: bool = False) -> dict:
     """One argument as an RFC input item (``tensor`` / ``tensor_list`` / ``value`` / ``py``)."""
-    import torch
 
     if isinstance(x, torch.Tensor):
         return {"tensor": _tensor_spec(x)}
@@ -581,8 +601,6 @@ def _encode(x, *, index: bool = False) -> dict:
 
 
 def _plain(x):
-    import torch
-
     if x is None or isinstance(x, (bool, int, str)):
         return x
     if isinstance(x, float):
@@ -591,6 +609,8 @@ def _plain(x):
         return x
     if isinstance(x, torch.dtype):
         return str(x)
+    if x in _PYTHON_DTYPES:  # torch.ones(..., dtype=bool)
+        return _PYTHON_DTYPES[x]
     if isinstance(x, torch.device):
         return "cpu" if x.type == "meta" else str(x)  # the runner remaps the device
     if isinstance(x, (torch.memory_format, torch.layout)):
@@ -613,36 +633,14 @@ def encode_call(op: str, args, kwargs):
 
 # ------------------------------------------------------------------------------------ modes
 
-def _meta_device_args(args, kwargs):
-    """Replace CPU tensors by meta copies (for ops that mix a CPU control tensor and meta data)."""
-    import torch
-    from torch.utils._pytree import tree_map
-
-    def move(x):
-        return x.to("meta") if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
-
-    return tree_map(move, args), tree_map(move, kwargs)
-
-
-def _involves_meta(args, kwargs) -> bool:
-    import torch
-    from torch.utils._pytree import tree_leaves
-
-    return any(isinstance(x, torch.Tensor) and x.device.type == "meta" for x in tree_leaves((args, kwargs)))
-
-
-def _keep_on_cpu(func, args, kwargs):
-    """``cpu_tensor.to(meta)`` keeps a control tensor real (on CPU); other arguments unchanged."""
-    import torch
-
+def _keep_on_cpu(args, kwargs):
+    """Arguments of ``Tensor.to`` that keep a CPU control tensor real: ``to(meta)`` stays on the CPU."""
     if not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "cpu":
         return args, kwargs
 
     def fix(x):
-        if isinstance(x, torch.device) and x.type == "meta":
+        if isinstance(x, torch.device) and x.type == "meta" or x == "meta":
             return torch.device("cpu")
-        if isinstance(x, str) and x == "meta":
-            return "cpu"
         if isinstance(x, torch.Tensor) and x.device.type == "meta":
             return x.dtype  # .to(other) means .to(other.device, other.dtype)
         return x
@@ -650,73 +648,62 @@ def _keep_on_cpu(func, args, kwargs):
     return (args[0], *[fix(a) for a in args[1:]]), {k: fix(v) for k, v in kwargs.items()}
 
 
-def _TorchMode(recorder: _Recorder):
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    to_methods = {torch.Tensor.to}
-
-    class TorchMode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func in to_methods:
-                args, kwargs = _keep_on_cpu(func, args, kwargs)
-            name = _getter_name(func)
-            if name is not None:  # property read: not an operator
-                if recorder.recording:
-                    recorder.calls += 1
-                    recorder.dropped["attribute read"] += 1
-                return func(*args, **kwargs)
-            op = torch_name(func)
-            record = recorder.recording and recorder.level == "torch"
-            encoded = None
-            if record:
-                try:
-                    encoded = encode_call(op, args, kwargs) if op else _Unrepresentable(
-                        f"no public torch name for {getattr(func, '__qualname__', func)!r}")
-                except _Unrepresentable as e:
-                    encoded = e
-            pending = recorder.begin()
-            try:
-                out = func(*args, **kwargs)
-            except (RuntimeError, NotImplementedError) as e:
-                # A CPU control tensor meeting meta data: run the op on meta instead.
-                if "meta" not in str(e) and "device" not in str(e) or not _involves_meta(args, kwargs):
-                    raise
-                recorder.discard(pending)
-                pending = recorder.begin()
-                margs, mkwargs = _meta_device_args(args, kwargs)
-                out = func(*margs, **mkwargs)
-            recorder.commit(pending)
-            if record:
-                recorder.add(op or getattr(func, "__qualname__", str(func)), args, kwargs, out, encoded)
-            return out
-
-    return TorchMode()
-
-
 def _getter_name(func) -> str | None:
+    """The property name when `func` is a tensor attribute read (``x.shape``), else None."""
     owner = getattr(func, "__self__", None)
     if type(owner).__name__ == "getset_descriptor" and getattr(func, "__name__", "") == "__get__":
         return owner.__name__
     return None
 
 
-def _AtenMode(recorder: _Recorder):
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _TorchMode(TorchFunctionMode):
+    """Sees every call the model code makes; records them at ``level="torch"``."""
 
-    class AtenMode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if not recorder.recording:
-                return func(*args, **kwargs)
-            op = "torch.ops." + str(func)
-            try:
-                encoded = encode_call(op, args, kwargs)
-            except _Unrepresentable as e:
-                encoded = e
-            out = func(*args, **kwargs)
-            recorder.pend(op, args, kwargs, out, encoded)
-            return out
+    def __init__(self, recorder: _Recorder):
+        super().__init__()
+        self.recorder = recorder
 
-    return AtenMode()
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.recorder
+        if func is torch.Tensor.to:
+            args, kwargs = _keep_on_cpu(args, kwargs)
+        record = rec.recording and rec.level == "torch"
+        if _getter_name(func) is not None:
+            if record:
+                rec.calls += 1
+                rec.dropped["attribute read"] += 1
+            return func(*args, **kwargs)
+        if not record:
+            return func(*args, **kwargs)
+        op = torch_name(func)
+        try:
+            # encoded before the call: in-place ops change their inputs' values (and some, shapes)
+            encoded = encode_call(op, args, kwargs) if op else _Unrepresentable(
+                f"no public torch name for {getattr(func, '__qualname__', func)!r}")
+        except _Unrepresentable as e:
+            encoded = e
+        out = func(*args, **kwargs)
+        rec.add(op or getattr(func, "__qualname__", str(func)), args, out, encoded)
+        return out
+
+
+class _AtenMode(TorchDispatchMode):
+    """Sees every ATen overload dispatched; records them at ``level="aten"``."""
+
+    def __init__(self, recorder: _Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.recorder.recording:
+            return func(*args, **kwargs)
+        op = "torch.ops." + str(func)
+        try:
+            encoded = encode_call(op, args, kwargs)
+        except _Unrepresentable as e:
+            encoded = e
+        out = func(*args, **kwargs)
+        self.recorder.add(op, args, out, encoded)
+        return out

@@ -91,7 +91,8 @@ def test_export_reimport_round_trip(cli, data_dir, db_path, tmp_path):
         assert cli("export", "--model", model, "-o", out).exit_code == 0
         assert cli("import", out, db=fresh).exit_code == 0
     q = ("SELECT mc.model, mc.name, mc.signature, mc.description, mc.marks, mc.rtol, mc.atol, mc.skip_if, "
-         "mc.expects_error, mc.xfail, mc.dtype FROM model_cases mc ORDER BY model, name")
+         "mc.expects_error, mc.xfail, mc.dtype, mc.count FROM model_cases mc ORDER BY model, name")
+    assert [r["count"] for r in rows(db_path, "SELECT count FROM model_cases WHERE name = 'a_silu'")] == [24]
     assert rows(fresh, q) == rows(db_path, q)
     assert rows(fresh, "SELECT * FROM cases ORDER BY signature") == [
         {**r, "created_at": r2["created_at"]} for r, r2 in zip(rows(db_path, "SELECT * FROM cases ORDER BY signature"),
@@ -197,7 +198,7 @@ cases:
     assert len(blobs) == 1 and blobs[0]["size"] == 24  # same values: one blob
     out = tmp_path / "exp" / "blobby.yaml"
     assert cli("export", "--model", "blobby", "-o", out).exit_code == 0
-    assert "data: [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]" in out.read_text()
+    assert "data: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]" in out.read_text()
     fresh = tmp_path / "fresh.db"
     assert cli("import", out, db=fresh).exit_code == 0
     q = "SELECT name, signature FROM model_cases ORDER BY name"
