@@ -98,7 +98,8 @@ def import_cmd(
         return
     table = Table(title="dry run: nothing written" if dry_run else None)
     for col in ("file", "format", "model", "records", "new cases", "duplicates", "skipped"):
-        table.add_column(col, justify="right" if col in ("records", "new cases", "duplicates", "skipped") else "left")
+        table.add_column(col, overflow="fold",
+                         justify="right" if col in ("records", "new cases", "duplicates", "skipped") else "left")
     for f in report.files:
         table.add_row(f.path, f.format, f.model or "", str(f.records), str(f.new_cases), str(f.duplicates), str(f.skipped))
     console.print(table)
@@ -281,9 +282,10 @@ def scan_cmd(
 def run_cmd(
     model: Optional[List[str]] = typer.Option(None, "--model", help="Run these models' cases (repeatable; default: all)."),
     keyword: Optional[str] = typer.Option(None, "-k", help="pytest -k: op (torch.add, aten.mm), case or model name."),
-    markexpr: Optional[str] = typer.Option(
-        None, "-m", help="Marker expression (default: the RFC's 'not largedimtensor and not fp32operation and "
-                         "not bf16operation and not constant'; -m '' runs all)."),
+    markexpr: str = typer.Option(
+        "", "-m", help="Marker expression, e.g. 'not constant' (default: every selected case; the pytest front end "
+                       "applies the RFC's 'not largedimtensor and not fp32operation and not bf16operation and "
+                       "not constant' unless -m is given)."),
     op: Optional[str] = typer.Option(None, "--op", help="Only this op (exact or substring)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N selected cases."),
     shard: Optional[str] = typer.Option(None, "--shard", help="Only slice I/N (stable by signature), e.g. 2/4."),
@@ -411,7 +413,7 @@ def report_cmd(
 
 @app.command("serve")
 def serve_cmd(
-    port: int = typer.Option(8001, "--port", help="Port to listen on (0: any free port)."),
+    port: int = typer.Option(8001, "--port", help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
     open_browser: bool = typer.Option(False, "--open", help="Open the browser at the database page."),
 ):

@@ -1,0 +1,229 @@
+"""`casedb run` against a bare torch loop over the same cases, plus -j 2 and warm-rerun figures.
+
+    python bench/bench_run.py [--cases 200] [--inductor-cases 60] [--skip-inductor] [--json]
+
+Builds a DB from the shipped manifests (manifests/*.yaml) holding only the chosen cases —
+``--cases`` cases of at most 4M elements (every k-th by signature, so sizes and ops are mixed),
+and for inductor ``--inductor-cases`` of them of at most 1M elements, one per op first — then
+times, in the same run, each as a separate process (interpreter start and ``import torch``
+included on both sides):
+
+* **eager**: ``casedb run --backend eager --device cpu -m ""`` (pytest, one xdist worker,
+  judging, every result committed as it arrives) vs **bare**: one Python loop doing the same
+  torch work per case — generate the inputs (``casedb.materialize``, so they are the same
+  tensors), call the op on the reference inputs and again on the target inputs, compare
+  (``torch.allclose`` on every output tensor). Goal: ratio <= 1.2 for the *run loop* (casedb:
+  from the worker being ready to the last result committed, as the run's summary records it;
+  bare: its loop); the end-to-end wall ratio, process start-up included, is printed too.
+* **inductor** (CPU, every measurement with a fresh inductor cache dir): ``casedb run`` vs a
+  bare loop doing ``torch._dynamo.reset()`` + ``torch.compile(fullgraph=True, dynamic=False)``
+  + two calls per case, as casedb does, with casedb's inductor setting (one compile thread).
+  Goal: run-loop ratio <= 1.05.
+* **-j 2**: ``casedb run -j 2`` vs ``-j 1`` (inductor, cold). Goal: speed-up >= 1.7.
+* **warm rerun**: the inductor run again with the cache dir of the first (FX graph and
+  AOTAutograd caches hit). Goal: warm / cold <= 0.35.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BARE = r'''
+import json, sqlite3, sys, time
+import torch
+from casedb.materialize import prepare
+from casedb.ops import op_info
+
+db, backend = sys.argv[1], sys.argv[2]
+conn = sqlite3.connect(db)
+cases = [{"signature": s, "op": op, "inputs": json.loads(i), "attrs": json.loads(a or "{}"), "seed": seed, "dtype": d}
+         for s, op, i, a, seed, d in conn.execute(
+             "SELECT DISTINCT c.signature, c.op, c.inputs, c.attrs, c.seed, c.dtype FROM cases c "
+             "JOIN model_cases mc ON mc.signature = c.signature ORDER BY c.signature")]
+blob = lambda sha: conn.execute("SELECT data FROM blobs WHERE sha256 = ?", [sha]).fetchone()[0]
+
+
+def tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from tensors(y)
+
+
+t0 = time.perf_counter()
+ok = bad = 0
+with torch.no_grad():
+    for case in cases:
+        try:
+            info = op_info(case["op"])
+            p = prepare(case, load_blob=blob)
+            writes = bool(info.mutated(p.args, p.kwargs))
+            a, k = p.place("cpu", fresh=writes)
+            ref = info.fn(*a, **k)
+            fn = info.fn
+            if backend != "eager":
+                def run_op(*a, _fn=info.fn, **k):
+                    return _fn(*a, **k)
+                torch._dynamo.reset()
+                fn = torch.compile(run_op, backend=backend, fullgraph=True, dynamic=False)
+            args, kwargs = p.place("cpu", fresh=writes)
+            out = fn(*args, **kwargs)
+            if backend != "eager":
+                a, k = p.place("cpu", fresh=writes)
+                out = fn(*a, **k)
+            same = all(torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2, equal_nan=True)
+                       if a.is_floating_point() else torch.equal(a, b)
+                       for a, b in zip(tensors(ref), tensors(out)))
+            ok += same
+            bad += not same
+        except Exception:
+            bad += 1
+print(json.dumps({"cases": len(cases), "loop_s": time.perf_counter() - t0, "ok": ok, "not_ok": bad}))
+'''
+
+
+def build_db(target: Path, cases: int, inductor_cases: int) -> tuple[Path, Path]:
+    """Two DBs from the shipped manifests: `cases` eager cases and `inductor_cases` of them."""
+    from casedb import ingest
+    from casedb.runner import build_plan
+    from casedb.store import SHIPPED_MANIFESTS, Store
+
+    full = target / "shipped.db"
+    with Store(full) as store:
+        ingest.import_paths(store, sorted(SHIPPED_MANIFESTS.glob("*.yaml")))
+        plan = build_plan(store, None)
+    small = sorted((it for it in plan if it.numel <= 4_000_000), key=lambda it: it.signature)
+    step = max(1, len(small) // cases)
+    eager = small[::step][:cases]
+    first, rest, ops = [], [], set()
+    for it in sorted((it for it in eager if it.numel <= 1_000_000), key=lambda it: it.signature):
+        (rest if it.op in ops else first).append(it)
+        ops.add(it.op)
+    compiled = (first + rest)[:inductor_cases]
+    out = []
+    for name, chosen in (("eager.db", eager), ("inductor.db", compiled)):
+        path = target / name
+        path.write_bytes(full.read_bytes())
+        conn = sqlite3.connect(path)
+        keep = {it.signature for it in chosen}
+        gone = [(s,) for (s,) in conn.execute("SELECT DISTINCT signature FROM model_cases") if s not in keep]
+        conn.executemany("DELETE FROM model_cases WHERE signature = ?", gone)
+        conn.commit()
+        conn.close()
+        out.append(path)
+    return out[0], out[1]
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, str]:
+    t = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return wall, done.stdout
+
+
+def casedb_run(db: Path, backend: str, jobs: int, env: dict) -> tuple[float, dict]:
+    wall, out = timed([sys.executable, "-m", "casedb", "--db", str(db), "run", "--backend", backend, "--device", "cpu",
+                       "-m", "", "-j", str(jobs), "--json", "--timeout", "600"], env)
+    return wall, json.loads(out)
+
+
+def bare(db: Path, backend: str, env: dict, work: Path) -> tuple[float, dict]:
+    script = work / "bare_loop.py"
+    script.write_text(BARE)
+    wall, out = timed([sys.executable, str(script), str(db), backend], env)
+    return wall, json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=200)
+    ap.add_argument("--inductor-cases", type=int, default=60)
+    ap.add_argument("--skip-inductor", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    res: dict = {}
+    with tempfile.TemporaryDirectory(prefix="casedb-bench-run-") as tmp:
+        work = Path(tmp)
+        eager_db, ind_db = build_db(work, a.cases, a.inductor_cases)
+        env = dict(os.environ)
+        env.pop("CASEDB_DB", None)
+        # eager: bare first and last, casedb between, so drift in machine load shows
+        b1, bare1 = bare(eager_db, "eager", env, work)
+        c1, run1 = casedb_run(eager_db, "eager", 1, env)
+        b2, _ = bare(eager_db, "eager", env, work)
+        bare_wall = min(b1, b2)
+        bare_loop = min(bare1["loop_s"], _["loop_s"])
+        res["eager"] = {"cases": run1["executed"] + run1["skipped"], "casedb_s": round(c1, 2),
+                        "bare_s": round(bare_wall, 2), "wall_ratio": round(c1 / bare_wall, 3),
+                        "casedb_loop_s": run1["session"]["loop_s"], "bare_loop_s": round(bare_loop, 2),
+                        "ratio": round(run1["session"]["loop_s"] / bare_loop, 3), "casedb_passed": run1["passed"],
+                        "casedb_unexpected": run1["unexpected"], "bare_ok": bare1["ok"]}
+        c2, _ = casedb_run(eager_db, "eager", 2, env)
+        res["eager"]["j2_s"] = round(c2, 2)
+        res["eager"]["j2_speedup"] = round(c1 / c2, 3)
+        if not a.skip_inductor:
+            def cold(tag):
+                # the bare loop gets the inductor setting casedb uses (one compile thread), so the
+                # ratio is casedb's own overhead
+                return dict(env, TORCHINDUCTOR_CACHE_DIR=str(work / f"inductor-{tag}"), TORCHINDUCTOR_COMPILE_THREADS="1")
+
+            e1 = cold("casedb")
+            t_cold, run_cold = casedb_run(ind_db, "inductor", 1, e1)
+            t_warm, run_warm = casedb_run(ind_db, "inductor", 1, e1)
+            t_bare, bare_ind = bare(ind_db, "inductor", cold("bare"), work)
+            t_j2, run_j2 = casedb_run(ind_db, "inductor", 2, cold("j2"))
+            tm = run_cold["time"]
+            res["inductor"] = {
+                "cases": run_cold["executed"] + run_cold["skipped"], "passed": run_cold["passed"],
+                "failed": run_cold["failed"], "errors": run_cold["errors"], "ref_errors": run_cold["ref_errors"],
+                "casedb_cold_s": round(t_cold, 2), "bare_cold_s": round(t_bare, 2),
+                "wall_ratio": round(t_cold / t_bare, 3), "casedb_loop_s": run_cold["session"]["loop_s"],
+                "bare_loop_s": round(bare_ind["loop_s"], 2),
+                "ratio": round(run_cold["session"]["loop_s"] / bare_ind["loop_s"], 3), "bare_ok": bare_ind["ok"],
+                "compile_ms_per_case": tm["compile_ms_per_case"], "exec_ms_per_case": tm["exec_ms_per_case"],
+                "ref_ms_per_case": tm["ref_ms_per_case"],
+                "warm_s": round(t_warm, 2), "warm_over_cold": round(t_warm / t_cold, 3),
+                "warm_compile_ms_per_case": run_warm["time"]["compile_ms_per_case"],
+                "j2_cold_s": round(t_j2, 2), "j2_speedup": round(t_cold / t_j2, 3), "j2_passed": run_j2["passed"],
+            }
+    res["goals"] = {"eager_ratio<=1.2": res["eager"]["ratio"] <= 1.2}
+    if "inductor" in res:
+        i = res["inductor"]
+        res["goals"].update({"inductor_ratio<=1.05": i["ratio"] <= 1.05, "j2_speedup>=1.7": i["j2_speedup"] >= 1.7,
+                             "warm/cold<=0.35": i["warm_over_cold"] <= 0.35})
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return
+    e = res["eager"]
+    print(f"eager, {e['cases']} cases: run loop {e['casedb_loop_s']} s vs bare loop {e['bare_loop_s']} s: "
+          f"ratio {e['ratio']}; end to end {e['casedb_s']} s vs {e['bare_s']} s ({e['wall_ratio']}); "
+          f"-j 2: {e['j2_s']} s ({e['j2_speedup']}x)")
+    if "inductor" in res:
+        i = res["inductor"]
+        print(f"inductor, {i['cases']} cases ({i['passed']} passed, {i['failed']} failed, {i['errors']} errors): "
+              f"run loop {i['casedb_loop_s']} s vs bare compile+run loop {i['bare_loop_s']} s: ratio {i['ratio']}; "
+              f"end to end {i['casedb_cold_s']} s vs {i['bare_cold_s']} s ({i['wall_ratio']})")
+        print(f"  per case: compile {i['compile_ms_per_case']} ms, execute {i['exec_ms_per_case']} ms, "
+              f"reference {i['ref_ms_per_case']} ms")
+        print(f"  warm rerun {i['warm_s']} s: warm/cold {i['warm_over_cold']} "
+              f"(compile {i['warm_compile_ms_per_case']} ms per case)")
+        print(f"  -j 2 cold: {i['j2_cold_s']} s: speed-up {i['j2_speedup']}")
+    print("goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in res["goals"].items()))
+
+
+if __name__ == "__main__":
+    main()
