@@ -22,5 +22,6 @@ def test_cli_lists_its_commands():
     from casedb.cli import app
 
     out = CliRunner().invoke(app, ["--help"]).stdout
-    for command in ("import", "models", "cases", "show", "stats", "export"):
+    for command in ("import", "models", "cases", "show", "stats", "export", "scan", "run", "repro", "merge",
+                    "report", "serve"):
         assert command in out
