@@ -10,7 +10,7 @@ fresh DB (not timed), then in the same run, best of ``--repeat``:
 * **pytest + YAML** — the same collection where a test module parses the YAML files itself
   (``yaml.load`` with the C loader when present, no validation) and parametrizes one test per
   case: the RFC's own design and the least any YAML-driven collection does;
-* **plan from the DB** — ``casedb.runner.build_plan`` alone, in process;
+* **plan from the DB** — ``casedb.plan.build_plan`` alone, in process;
 * **YAML parse + validate** — ``casedb.ingest.prepare`` (what importing the same files costs);
 * **yaml.load alone** — the C loader over the same files, in process.
 
@@ -127,7 +127,7 @@ def main() -> None:
     import yaml
 
     from casedb import ingest
-    from casedb.runner import build_plan
+    from casedb.plan import build_plan
     from casedb.store import Store
 
     with tempfile.TemporaryDirectory(prefix="casedb-bench-collect-") as tmp:

@@ -1,15 +1,22 @@
-"""Wall time and peak RSS of `casedb scan` for the target models, each in a fresh process.
+"""Wall time and peak RSS of `casedb scan` for the target models, each in a fresh process: one
+path against the whole matrix of paths, and the ops / unique cases of each path.
 
     python bench/bench_scan.py [--models granite4h gpt-oss ...] [--level torch|aten] [--repeat 3] [--json]
 
-Each run is ``/usr/bin/time -v python -m casedb scan MODEL -o <tmp>.jsonl --json`` (prefill and
-decode, full-size model on the meta device), so the figures include the Python, torch and
-transformers imports: what a user waits for. Baseline, in the same run: the floor of any
-meta-device scan — a fresh process that imports, builds the same model and runs the same two
-forward passes with nothing recorded. Reported per model: the median wall time and peak RSS
-over ``--repeat`` runs, the ratio to the floor, and the unique calls / ops the scan recorded.
+Per model and run, three fresh processes under ``/usr/bin/time -v`` (the figures include the
+Python, torch and transformers imports: what a user waits for):
 
-Goal (issue 3): < 30 s and < 2 GB per model on a 2-core machine; target < 10 s and < 1.5 GB.
+* ``single``: ``python -m casedb scan MODEL --path <default path>`` — the one path the shipped
+  manifests came from before issue 14 (prefill + decode, full-size model on the meta device);
+* ``matrix``: ``python -m casedb scan MODEL`` — every path of the recipe's matrix;
+* ``floor``: the baseline of any meta-device scan — a process that imports, builds the model and
+  runs the default path's two forward passes with nothing recorded.
+
+Reported per model: medians over ``--repeat`` runs of each wall time and peak RSS, the medians
+of the per-run ratios matrix / single (goal: < 4x) and single / floor, and from the matrix scan
+the ops and unique cases (by signature, as an import counts them) of every path and of the union.
+
+Goals: the matrix within 4x a single path (issue 14); a single path < 10 s and < 1.5 GB (issue 3).
 """
 
 from __future__ import annotations
@@ -24,17 +31,20 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 MODELS = ("granite4h", "gpt-oss", "granite-vision", "granite-speech")
-# The same build and forward passes as a scan, with the recorder off.
+# The same build and forward passes as a scan of the default path, with the recorder off.
 FLOOR = """
 import sys, torch
 from casedb import scan
 recipe = scan.load_recipe(sys.argv[1])
-model = scan._build(recipe)
+path = recipe.paths()[0]
+model = scan._build(recipe, path)
 rec = scan._Recorder("torch", recipe.model)
 with torch.no_grad():
-    out = scan._forward(model, scan._prefill_inputs(recipe, model), rec, record=False)
-    scan._forward(model, scan._decode_inputs(recipe, model, out), rec, record=False)
+    prefill = scan._prefill_inputs(recipe, model, path)
+    out = scan._forward(model, prefill, rec, record=False)
+    scan._forward(model, scan._decode_inputs(recipe, model, out, path, prefill), rec, record=False)
 """
 
 
@@ -49,15 +59,26 @@ def timed(cmd: list[str]) -> tuple[float, float, str]:
     return seconds, rss_kb / 1024, proc.stdout
 
 
-def run_once(model: str, level: str, out: Path) -> dict:
-    wall, rss, stdout = timed([sys.executable, "-m", "casedb", "scan", model, "-o", str(out), "--level", level, "--json"])
-    floor_wall, floor_rss, _ = timed([sys.executable, "-c", FLOOR, model])
-    summary = json.loads(stdout)
-    return {"wall_s": wall, "rss_mb": rss, "floor_s": floor_wall, "floor_mb": floor_rss, "scan_s": summary["seconds"],
-            "unique_calls": summary["unique_calls"], "ops": summary["ops"], "calls": summary["calls"]}
+def run_once(model: str, default: str, level: str, tmp: Path) -> dict:
+    scan = [sys.executable, "-m", "casedb", "scan", model, "--level", level, "--json"]
+    single_s, single_mb, _ = timed([*scan, "--path", default, "-o", str(tmp / f"{model}-single.jsonl")])
+    matrix_s, matrix_mb, stdout = timed([*scan, "-o", str(tmp / f"{model}-matrix.jsonl")])
+    floor_s, floor_mb, _ = timed([sys.executable, "-c", FLOOR, model])
+    return {"single_s": single_s, "single_mb": single_mb, "matrix_s": matrix_s, "matrix_mb": matrix_mb,
+            "floor_s": floor_s, "floor_mb": floor_mb, "summary": json.loads(stdout)}
+
+
+def coverage(path: Path) -> dict:
+    from casedb.scan import ScanResult
+    from casedb.scan_report import coverage as report
+
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return report(ScanResult(header=lines[0], records=lines[1:], seconds=0.0))
 
 
 def main() -> None:
+    from casedb.scan import load_recipe
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--level", default="torch", choices=("torch", "aten"))
@@ -67,22 +88,38 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            runs = [run_once(model, args.level, Path(tmp) / f"{model}.jsonl") for _ in range(args.repeat)]
-            med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "scan_s", "rss_mb", "floor_s", "floor_mb")}
-            rows.append({"model": model, "level": args.level, "runs": args.repeat,
-                         "wall_s": round(med["wall_s"], 2), "scan_s": round(med["scan_s"], 2),
-                         "rss_mb": round(med["rss_mb"]), "floor_s": round(med["floor_s"], 2),
-                         "floor_mb": round(med["floor_mb"]), "vs_floor": round(med["wall_s"] / med["floor_s"], 2),
-                         **{k: runs[0][k] for k in ("unique_calls", "ops", "calls")}})
+            default = load_recipe(model).paths()[0].name
+            runs = [run_once(model, default, args.level, Path(tmp)) for _ in range(args.repeat)]
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "summary"}
+            report = coverage(Path(tmp) / f"{model}-matrix.jsonl")
+            seconds = {p["path"]: statistics.median(next(q["seconds"] for q in r["summary"]["paths"]
+                                                         if q["path"] == p["path"]) for r in runs)
+                       for p in report["paths"]}
+            rows.append({"model": model, "level": args.level, "runs": args.repeat, "paths": len(report["paths"]),
+                         **{k: round(v, 2 if k.endswith("_s") else None) for k, v in med.items()},
+                         # ratios per run (a run's three processes ran back to back), then the median
+                         "matrix_vs_single": round(statistics.median(r["matrix_s"] / r["single_s"] for r in runs), 2),
+                         "single_vs_floor": round(statistics.median(r["single_s"] / r["floor_s"] for r in runs), 2),
+                         "union": report["union"],
+                         "per_path": [{"path": p["path"], "ops": p["ops"], "cases": p["cases"],
+                                       "seconds": seconds[p["path"]], "adds": p["adds"]} for p in report["paths"]]})
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print("| model | level | wall (s) | peak RSS (MB) | floor: build + forward, no recording (s / MB) "
-          "| scan / floor | unique calls | ops | calls |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | paths | single path (s / MB) | matrix (s / MB) | matrix / single | floor (s) | single / floor "
+          "| union ops | union unique cases |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['level']} | {r['wall_s']} | {r['rss_mb']} | {r['floor_s']} / {r['floor_mb']} | "
-              f"{r['vs_floor']}x | {r['unique_calls']} | {r['ops']} | {r['calls']} |")
+        print(f"| {r['model']} | {r['paths']} | {r['single_s']} / {r['single_mb']} | {r['matrix_s']} / {r['matrix_mb']} | "
+              f"{r['matrix_vs_single']}x | {r['floor_s']} | {r['single_vs_floor']}x | {r['union']['ops']} | "
+              f"{r['union']['cases']} |")
+    for r in rows:
+        print(f"\n{r['model']} (in-process seconds per path, from the matrix scan):\n")
+        print("| path | ops | unique cases | s |")
+        print("|---|---:|---:|---:|")
+        for p in r["per_path"]:
+            print(f"| {p['path']} | {p['ops']} | {p['cases']} | {p['seconds']} |")
+        print(f"| union | {r['union']['ops']} | {r['union']['cases']} | |")
 
 
 if __name__ == "__main__":

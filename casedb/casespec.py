@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casedb import dtypes, marks as marks_mod, presets, safe_eval, signature as sig_mod
+from casedb import blobs, dtypes, marks as marks_mod, presets, safe_eval, signature as sig_mod
 from casedb.errors import InputError
 
 CASE_KEYS = ("name", "op", "inputs", "attrs", "kwmap", "description", "expects_error", "marks",
@@ -34,9 +34,6 @@ ERROR_TYPES = ("RuntimeError", "ValueError", "TypeError", "AssertionError", "Ind
                "KeyError", "NotImplementedError", "ZeroDivisionError", "OverflowError",
                "AttributeError", "Exception", "torch.OutOfMemoryError", "OutOfMemoryError",
                "torch._dynamo.exc.Unsupported", "BackendCompilerFailed", "InductorError")
-# torch.testing.assert_close defaults, used when neither the case nor the manifest sets one.
-DEFAULT_TOL = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
-               "float64": (1e-7, 1e-7), "complex64": (1.3e-6, 1e-5), "complex128": (1e-7, 1e-7)}
 _DEVICE = re.compile(r"^(cpu|cuda|xpu|mps|meta|hpu|spyre|privateuseone|[a-z_]+)(:\d+)?$")
 
 
@@ -54,8 +51,8 @@ class Normalized:
     description: str | None
     marks: list[str]
     declared_dtype: str | None      # the case's own `dtype:` override, if it had one
-    rtol: float
-    atol: float
+    rtol: float | None              # the case's own tolerance (None: casedb.numerics decides)
+    atol: float | None
     skip_if: list[dict] | None
     expects_error: dict | None
     xfail: dict | None
@@ -93,6 +90,19 @@ def normalize_op(op: Any) -> str:
     return op
 
 
+def _refuse_unsafe_op(op: str) -> None:
+    """Ops are tensor operations: a name that reaches os.system, a file writer or a module
+    loader through torch is refused at import (casedb.ops has the rule; the run checks again)."""
+    if op.startswith("torch.ops.") and not any(p.startswith("_") for p in op.split(".")[2:]):
+        return  # dispatcher operators: no torch import needed
+    from casedb.ops import UnsafeOpError, refuse_unsafe
+
+    try:
+        refuse_unsafe(op)
+    except UnsafeOpError as e:
+        raise ValueError(str(e)) from None
+
+
 def normalize_defaults(defaults: Any, where: str | None) -> dict:
     if defaults is None:
         return {}
@@ -116,16 +126,42 @@ def normalize_defaults(defaults: Any, where: str | None) -> dict:
 
 
 class _Ctx:
-    def __init__(self, source, base_dir, case_dtype):
+    def __init__(self, source, base_dir, case_dtype, allow_outside=False, max_bytes=None):
         self.source = source
         self.base_dir = base_dir
         self.case_dtype = case_dtype
+        self.allow_outside = allow_outside
+        self.max_bytes = max_bytes
         self.blobs: dict[str, bytes] = {}
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(value: Any, what: str) -> None:
+    """Raise ValueError if a string in `value` holds a lone surrogate (JSON's "\\ud800" escape,
+    an undecodable file name): it is not Unicode text, and SQLite cannot store it."""
+    if isinstance(value, str):
+        hit = _SURROGATE.search(value)
+        if hit:
+            raise ValueError(f"{what} holds the lone surrogate \\u{ord(hit.group()):04x}, which is not a "
+                             "Unicode character; fix the text")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, what)
+            check_text(v, what)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            check_text(v, what)
+
+
 def normalize_case(case: Any, defaults: dict, *, source: str | None = None, where: str | None = None,
-                   base_dir: Path | None = None) -> Normalized:
-    """Validate one case mapping and return its normalized form (raises InputError)."""
+                   base_dir: Path | None = None, allow_outside: bool = False,
+                   max_bytes: int | None = None) -> Normalized:
+    """Validate one case mapping and return its normalized form (raises InputError).
+
+    ``file:`` inputs are read from below `base_dir` only, unless `allow_outside`; `max_bytes`
+    caps each such file (default ``importers.files.MAX_INPUT_BYTES``)."""
     where = _where(source, case, where)
     if not isinstance(case, dict):
         raise InputError(f"a case must be a mapping with at least 'op' and 'inputs', got {type(case).__name__}", where=where)
@@ -134,15 +170,20 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
         raise InputError("'name' must be a string", where=where)
     name = None if name is None else str(name)
     try:
+        check_text(name, "'name'")
+    except ValueError as e:
+        raise InputError(str(e), where=where, case=name) from None
+    try:
         for k in case:
             if k not in CASE_KEYS:
                 raise ValueError(unknown_key_message(k, CASE_KEYS))
         if "op" not in case:
             raise ValueError("missing 'op' (e.g. op: torch.add)")
         op = normalize_op(case["op"])
+        _refuse_unsafe_op(op)
         declared = dtypes.canonical(case["dtype"]) if case.get("dtype") is not None else None
         case_dtype = declared or dtypes.canonical(defaults.get("dtype") or "float32")
-        ctx = _Ctx(source, base_dir, case_dtype)
+        ctx = _Ctx(source, base_dir, case_dtype, allow_outside, max_bytes)
         raw_inputs = case.get("inputs", [])
         if raw_inputs is None:
             raw_inputs = []
@@ -163,13 +204,14 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
             if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in INPUT_KINDS:
                 attrs[k] = _input(v, ctx, f"attrs.{k}")
             else:
-                attrs[k] = _plain_value(v, f"attrs.{k}")
+                item = _value_item(v, f"attrs.{k}", key=k)
+                attrs[k] = item["value"] if "value" in item else item
         seed = _int(case["seed"], "seed") if case.get("seed") is not None else None
         if "count" in case and (isinstance(case["count"], bool) or not isinstance(case["count"], int) or case["count"] < 1):
             raise ValueError(f"'count' (calls of this case in the model) must be a positive integer, got {case['count']!r}")
-        rtol_default, atol_default = DEFAULT_TOL.get(case_dtype, (0.0, 0.0))
-        rtol = _tol(case["rtol"], "rtol") if case.get("rtol") is not None else defaults.get("rtol", rtol_default)
-        atol = _tol(case["atol"], "atol") if case.get("atol") is not None else defaults.get("atol", atol_default)
+        # the case's own tolerance only: the rest is casedb.numerics' (per compared dtype, at run time)
+        rtol = _tol(case["rtol"], "rtol") if case.get("rtol") is not None else None
+        atol = _tol(case["atol"], "atol") if case.get("atol") is not None else None
         occ_marks = _marks(case.get("marks"))
         skip_if = _conditions(case.get("skip_if"), "skip_if")
         xfail = _xfail(case.get("xfail_if"), case.get("xfail_reason"))
@@ -177,12 +219,21 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
         description = case.get("description")
         if description is not None:
             description = str(description).rstrip("\n")
+        check_text(description, "'description'")
+        for label, value in (("'skip_if'", skip_if), ("'xfail_if'", xfail), ("'expects_error'", expects)):
+            if value is not None:
+                check_text(value, label)
+        key = sig_mod.signature(op, inputs, attrs, seed)
+    except UnicodeEncodeError as e:  # a lone surrogate in op, inputs or attrs (signing encodes them)
+        raise InputError(f"op, inputs or attrs hold the lone surrogate \\u{ord(e.object[e.start]):04x}, which "
+                         "is not a Unicode character; fix the text", where=where, case=name) from None
     except (ValueError, dtypes.UnknownDtype, safe_eval.UnsafeExpression) as e:
         raise InputError(str(e), where=where, case=name) from None
     except InputError as e:
         e.case = e.case or name
         raise
-    key = sig_mod.signature(op, inputs, attrs, seed)
+    except RecursionError:
+        raise InputError("nested too deeply to read; a case needs far fewer levels", where=where, case=name) from None
     tensors = list(marks_mod.iter_tensors(inputs, attrs))
     computes = dtypes.promote_floating(t["dtype"] for t in tensors) or (tensors[0]["dtype"] if tensors else case_dtype)
     derived = marks_mod.derive(inputs, attrs)
@@ -212,7 +263,7 @@ def _input(item: Any, ctx: _Ctx, label: str) -> dict:
             raise ValueError(f"{label}: tensor_list must be a list of tensor specs")
         return {"tensor_list": [_tensor(t, ctx, f"{label}[{i}]") for i, t in enumerate(body)]}
     if kind == "value":
-        return {"value": _plain_value(body, label)}
+        return _value_item(body, label)
     if kind == "py":
         return {"py": safe_eval.canonical_py(body)}
     return {"file": _file(body, ctx, label)}
@@ -228,6 +279,55 @@ def _plain_value(v: Any, label: str) -> Any:
     if isinstance(v, dict):
         return {str(k): _plain_value(x, label) for k, x in v.items()}
     raise ValueError(f"{label}: {type(v).__name__} values are not supported (use numbers, strings, lists, null or py:)")
+
+
+def literal_string(text: str) -> Any:
+    """What a string value means in the RFC implementation's dialect.
+
+    Its loader reads string values as Python literals (``"(1, 64)"`` is a tuple, ``"None"`` is
+    None) and keeps any other string; so does casedb, with the ``py:`` parser (never ``eval``),
+    which also knows ``inf``/``-inf``/``nan``. ``torch.<name>`` strings stay strings: the runner
+    turns them into dtypes, layouts or memory formats, as it always has.
+    """
+    if text.startswith("torch."):
+        return text
+    try:
+        return safe_eval.parse_py_literal(text)
+    except (ValueError, SyntaxError, RecursionError):  # not a literal: a plain string (mean, cuda:0)
+        return text
+
+
+def string_spelling(text: str) -> str:
+    """How to write the string ``text`` in a manifest so that it reads back as that string."""
+    back = literal_string(text)
+    return text if isinstance(back, str) and back == text else safe_eval.format_py_literal(text)
+
+
+def _json_native(v: Any) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    return type(v) is list and all(_json_native(x) for x in v)
+
+
+def _value_item(v: Any, label: str, key: str | None = None) -> dict:
+    """A ``value:`` (or a plain keyword value) as stored: ``{"value": v}`` or ``{"py": text}``.
+
+    A string is read by :func:`literal_string`; what it stands for is stored as if written
+    natively (``"None"`` as null, ``"[1, 2]"`` as a list, ``"-inf"`` as -.inf), and what has no
+    YAML spelling (tuples, Ellipsis, slices, torch dtypes inside a literal) as the ``py:`` text.
+    A ``dtype`` keyword spelled like a dtype (``fp16``) becomes ``torch.<dtype>``, as the RFC's
+    loader reads it.
+    """
+    if isinstance(v, str):
+        if key == "dtype" and not v.startswith("torch."):
+            try:
+                return {"value": "torch." + dtypes.canonical(v)}
+            except dtypes.UnknownDtype:
+                pass
+        v = literal_string(v)
+        if not _json_native(v):
+            return {"py": safe_eval.format_py_literal(v)}
+    return {"value": _plain_value(v, label)}
 
 
 def _shape(shape: Any, label: str) -> list[int]:
@@ -328,18 +428,8 @@ def _tol(v, label):
     return float(v)
 
 
-def tensor_bytes(t) -> bytes:
-    """Raw little-endian bytes of a tensor's values in its own dtype (the blob format)."""
-    import torch
-
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bool:
-        t = t.to(torch.uint8)
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
 def _store_blob(t, ctx: _Ctx) -> str:
-    data = tensor_bytes(t)
+    data = blobs.encode(t)
     sha = hashlib.sha256(data).hexdigest()
     ctx.blobs[sha] = data
     return sha
@@ -363,24 +453,65 @@ def _data_tensor(data, dtype: str, shape, ctx: _Ctx, label: str) -> dict:
 
 
 def _file(body, ctx: _Ctx, label: str) -> dict:
+    """A ``file:`` input: a tensor saved by ``torch.save``, read from below the manifest's folder
+    (unless ``--allow-outside``), a regular file within the size cap, loaded ``weights_only``."""
     import torch
 
+    from importers import files
+
     path_text = body.get("path") if isinstance(body, dict) else body
-    if not isinstance(path_text, str):
+    if not isinstance(path_text, str) or not path_text.strip():
         raise ValueError(f"{label}: file: takes a path to a .pt file relative to the manifest")
+    base = Path(ctx.base_dir) if ctx.base_dir is not None else Path.cwd()
     path = Path(path_text)
-    if not path.is_absolute() and ctx.base_dir is not None:
-        path = ctx.base_dir / path
+    if not path.is_absolute():
+        path = base / path
+    if not ctx.allow_outside:
+        # Resolved first: `..` and symlinks may not lead out of the folder either.
+        if not path.resolve().is_relative_to(base.resolve()):
+            raise ValueError(f"{label}: file {path_text!r} is outside the manifest's folder {base}; file: inputs "
+                             "are read only from below it (casedb import --allow-outside reads it, if you trust "
+                             "this manifest)")
     if not path.exists():
         raise ValueError(f"{label}: file {path_text!r} not found (looked at {path})")
+    cap = files.MAX_INPUT_BYTES if ctx.max_bytes is None else ctx.max_bytes
     try:
-        t = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for a bad pickle
-        raise ValueError(f"{label}: cannot load {path_text!r} as a tensor: {type(e).__name__}: {e}") from None
+        f = files.open_capped(path, cap)
+    except InputError as e:
+        raise ValueError(f"{label}: file {path_text!r} {e.message}") from None
+    with f:
+        try:
+            t = _load_tensor(f, torch)
+        except ValueError as e:
+            raise ValueError(f"{label}: cannot load {path_text!r} as a tensor: {e}") from None
+        except Exception as e:  # torch raises many types for a bad file
+            raise ValueError(f"{label}: cannot load {path_text!r} as a tensor: {type(e).__name__}: {e}") from None
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{label}: {path_text!r} holds a {type(t).__name__}, not a tensor")
+    if t.numel() * t.element_size() > cap:  # e.g. an expanded view of a tiny storage
+        raise ValueError(f"{label}: {path_text!r} holds a tensor of {t.numel() * t.element_size():,} bytes, over "
+                         f"the {cap:,}-byte limit on one input (casedb import --max-input-mb)")
     dtype = str(t.dtype).replace("torch.", "")
     return {"blob": _store_blob(t, ctx), "shape": list(t.shape), "dtype": dtype, "path": path_text}
+
+
+def _load_tensor(f, torch):
+    """torch.load of an open .pt file, checked first to be what torch.save writes: a zip whose
+    entries are stored, not compressed, so loading needs no more memory than the file's size."""
+    import zipfile
+
+    size = f.seek(0, 2)
+    f.seek(0)
+    if not zipfile.is_zipfile(f):
+        raise ValueError("not a .pt file written by torch.save (a zip archive); save it again with torch.save")
+    f.seek(0)
+    with zipfile.ZipFile(f) as z:
+        infos = z.infolist()
+    if any(i.compress_type != zipfile.ZIP_STORED for i in infos) or sum(i.file_size for i in infos) > size:
+        raise ValueError("its zip entries are compressed or larger than the file, which torch.save never "
+                         "writes; save it again with torch.save")
+    f.seek(0)
+    return torch.load(f, map_location="cpu", weights_only=True)
 
 
 # ------------------------------------------------------------------------------ judgement

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from casedb import __version__
 from casedb.errors import CasedbError
@@ -20,8 +23,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Data (model and case names, messages) is printed as written: never read as Rich markup or
+# emoji codes (a case named "[/m]" is a name, not a closing tag).
+console = Console(markup=False, emoji=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
 
 
 class State:
@@ -54,7 +59,7 @@ def open_db():
 
 
 def fail(e: Exception, code: int = 2):
-    err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "bold red"), f" {e}"), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -71,8 +76,14 @@ def import_cmd(
     model: Optional[str] = typer.Option(None, "--model", help="Model name (required for traces; overrides the file's)."),
     level: Optional[str] = typer.Option(None, "--level", help="Trace nesting: top (default, what the model called) or leaf."),
     sym: Optional[List[str]] = typer.Option(None, "--sym", help="Value of a symbolic size in an operator log, e.g. s0=128 (repeatable)."),
-    strict: bool = typer.Option(False, "--strict", help="Records the store cannot represent are an error, not skipped."),
-    replace: bool = typer.Option(False, "--replace", help="Replace the imported models' cases instead of adding to them."),
+    strict: bool = typer.Option(False, "--strict", help="Records the store cannot represent, and cases with invalid inputs "
+                                                        "(see casedb check), are an error, not skipped or warned about."),
+    replace: bool = typer.Option(False, "--replace", help="Each imported model's cases become exactly the imported "
+                                                          "ones (cases runs have judged are retired: kept for history)."),
+    allow_outside: bool = typer.Option(False, "--allow-outside", help="Read file: inputs outside the manifest's "
+                                                                      "folder too (only for manifests you trust)."),
+    max_input_mb: Optional[int] = typer.Option(None, "--max-input-mb", min=1,
+                                               help="Largest input file, after decompression, in MiB (default 1024)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Parse, validate and count; write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
 ):
@@ -90,7 +101,9 @@ def import_cmd(
     try:
         with open_db() as store:
             report = import_paths(store, paths, format=format, model=model, dry_run=dry_run, strict=strict,
-                                  replace=replace, options={"level": level, "symbols": symbols or None})
+                                  replace=replace, options={"level": level, "symbols": symbols or None},
+                                  allow_outside=allow_outside,
+                                  max_bytes=max_input_mb << 20 if max_input_mb else None)
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -103,7 +116,13 @@ def import_cmd(
     for f in report.files:
         table.add_row(f.path, f.format, f.model or "", str(f.records), str(f.new_cases), str(f.duplicates), str(f.skipped))
     console.print(table)
+    if report.retired or report.removed:
+        console.print(f"--replace: {report.removed} case(s) no longer imported were removed; {report.retired} that "
+                      "runs have judged were retired (kept for history, no longer listed or run)", highlight=False)
     for f in report.files:
+        for w in f.warnings:
+            err_console.print(f"warning: {w['where']}: case {w['case']!r}: {w['problem']}", highlight=False,
+                              soft_wrap=True)
         for s in f.skipped_reasons[:20]:
             err_console.print(f"skipped {s.get('where')}: {s.get('op')}: {s.get('reason')}", highlight=False)
         if len(f.skipped_reasons) > 20:
@@ -186,7 +205,7 @@ def show_cmd(
     if as_json:
         emit_json(detail)
         return
-    console.print(f"[bold]{detail['op']}[/]  {detail['shapes']}", highlight=False)
+    console.print(Text.assemble((detail["op"], "bold"), f"  {detail['shapes']}"), highlight=False)
     console.print(f"signature {detail['signature']}  dtype {detail['dtype']}  marks {', '.join(detail['derived_marks'])}")
     console.print_json(json.dumps({"inputs": detail["inputs"], "attrs": detail["attrs"]}))
     for o in detail["occurrences"]:
@@ -253,21 +272,34 @@ def scan_cmd(
     level: str = typer.Option("torch", "--level", help="torch (what the model code calls) or aten (ATen overloads)."),
     phase: Optional[List[str]] = typer.Option(None, "--phase", help="prefill or decode (repeatable; default both)."),
     arch: Optional[str] = typer.Option(None, "--arch", help="Model class for a config.json (default: its architectures)."),
+    path: Optional[str] = typer.Option(None, "--path", help="Scan only this path of the recipe's matrix "
+                                                            "(e.g. static-eager-grouped_mm-b2-s256)."),
+    report: bool = typer.Option(False, "--report", help="Coverage report: ops and unique cases per path, and the "
+                                                        "ops each runtime choice alone brings."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable summary."),
 ):
-    """Build a model from its config on the meta device and record every operator call."""
+    """Build a model from its config on the meta device and record every operator call, along
+    every path of its recipe's matrix (cache, attention, experts, batch, sequence length)."""
     from contextlib import nullcontext
 
     from casedb.scan import PHASES, scan_command
 
     try:
         with (open_db() if do_import else nullcontext()) as store:
-            summary = scan_command(model, output=output, level=level, phases=phase or PHASES, arch=arch, store=store)
+            summary = scan_command(model, output=output, level=level, phases=phase or PHASES, arch=arch, store=store,
+                                   path=path, report=report)
     except CasedbError as e:
         fail(e)
     if as_json:
         emit_json(summary)
         return
+    if report:
+        from casedb.scan_report import markdown
+
+        console.print(markdown(summary["report"]), markup=False, highlight=False, soft_wrap=True)
+    for p in summary.get("paths", []):
+        err_console.print(f"  {p['path']}: {p['unique_calls']} unique calls of {p['ops']} ops in {p['seconds']} s",
+                          highlight=False)
     err_console.print(f"{summary['model']}: {summary['unique_calls']} unique calls of {summary['ops']} ops "
                       f"({summary['calls']} calls, {summary['skipped']} skipped) in {summary['seconds']} s "
                       f"-> {summary['output']}", highlight=False)
@@ -278,52 +310,66 @@ def scan_cmd(
 
 # ------------------------------------------------------------------------------- run / repro
 
-@app.command("run")
-def run_cmd(
-    model: Optional[List[str]] = typer.Option(None, "--model", help="Run these models' cases (repeatable; default: all)."),
-    keyword: Optional[str] = typer.Option(None, "-k", help="pytest -k: op (torch.add, aten.mm), case or model name."),
-    markexpr: str = typer.Option(
-        "", "-m", help="Marker expression, e.g. 'not constant' (default: every selected case; the pytest front end "
-                       "applies the RFC's 'not largedimtensor and not fp32operation and not bf16operation and "
-                       "not constant' unless -m is given)."),
-    op: Optional[str] = typer.Option(None, "--op", help="Only this op (exact or substring)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N selected cases."),
-    shard: Optional[str] = typer.Option(None, "--shard", help="Only slice I/N (stable by signature), e.g. 2/4."),
-    dedupe: bool = typer.Option(True, "--dedupe/--no-dedupe", help="Run each unique case once (default) or every occurrence."),
-    device: Optional[str] = typer.Option(None, "--device", help="Target device (default: cuda when available, else cpu)."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="Dynamo backend, or eager (default: env TEST_COMPILE_BACKEND, else inductor)."),
-    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) imported in every worker first (repeatable)."),
-    reference_dtype: Optional[str] = typer.Option(None, "--reference-dtype", help="Also compare with an upcast reference (float32/float64)."),
-    check_determinism: bool = typer.Option(False, "--check-determinism", help="Run the target twice; require identical bits."),
-    no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in cases (cuda:0)."),
-    jobs: int = typer.Option(1, "-j", "--jobs", help="Worker processes (pytest-xdist); 0: in this process, no isolation."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per case before it counts as a timeout (0: none)."),
-    fail_fast: bool = typer.Option(False, "--fail-fast", "-x", help="Stop at the first unexpected outcome."),
-    resume: Optional[int] = typer.Option(None, "--resume", help="Finish run RUN_ID (same selection and target)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-):
-    """Run cases on the device against the CPU reference; record the run in the DB."""
-    from casedb import runner
+def _spec_parameters() -> list[inspect.Parameter]:
+    """`casedb run`'s options, one per RunSpec field that has `casedb run` flags."""
+    from casedb.runspec import SAME, field_default, negative, spec_fields
 
-    opts = runner.RunOptions(
-        models=list(model or []), dedupe=dedupe, keyword=keyword, markexpr=markexpr, op=op, limit=limit, shard=shard,
-        device=device, backend=backend, imports=list(imports or []), reference_dtype=reference_dtype,
-        check_determinism=check_determinism, replace_device=not no_device_replace, jobs=jobs, timeout=timeout,
-        fail_fast=fail_fast)
+    types = {"list": Optional[List[str]], "bool": bool, "int": int, "float": float, "str": str,
+             "str | None": Optional[str], "int | None": Optional[int]}
+    params = []
+    for f, flag in spec_fields():
+        if not flag.cli:
+            continue
+        default = field_default(f.name) if flag.cli_default is SAME else flag.cli_default
+        decls = list(flag.cli)
+        if default is True:
+            decls[0] = f"{decls[0]}/{negative(decls[0])}"
+        if isinstance(default, list):
+            default = None
+        annotation = types[f.type]
+        if flag.choices:  # Typer checks and lists the values of an Enum
+            annotation = enum.Enum(f.name.title(), {c: c for c in flag.choices}, type=str)
+            default = annotation(default)
+        option = typer.Option(default, *decls, help=flag.help, metavar=flag.metavar, show_default=default not in (None, ""))
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
+    return params
+
+
+def run_cmd(**options):
+    """Run cases on the device against the CPU reference; record the run in the DB."""
+    from casedb import console as run_console
+    from casedb import runner
+    from casedb.runspec import RunSpec
+
+    resume, as_json, no_progress = options.pop("resume"), options.pop("as_json"), options.pop("no_progress")
+    options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
     try:
-        summary = runner.run(opts, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)
+        spec = RunSpec(**options)
+        summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)
     except CasedbError as e:
         fail(e)
     if as_json:
-        emit_json(runner.summary_json(summary))
+        emit_json(run_console.summary_json(summary))
     else:
-        table, line = runner.summary_tables(summary)
+        table, line = run_console.summary_tables(summary)
         console.print(table)
-        console.print(line, highlight=False)
-        for note in runner.summary_notes(summary):
-            err_console.print(note, highlight=False)
+        console.print(line)
+        for note in run_console.summary_notes(summary):
+            err_console.print(run_console.text(note))
     raise typer.Exit(1 if summary["unexpected"] or summary["status"] != "finished" else 0)
+
+
+run_cmd.__signature__ = inspect.Signature([
+    *_spec_parameters(),
+    inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[int], default=typer.Option(
+        None, "--resume", metavar="RUN_ID",
+        help="Finish run RUN_ID (its selection and target; give its --import modules again).")),
+    inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--json", help="Print the summary as JSON.")),
+    inspect.Parameter("no_progress", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--no-progress", help="No progress bar.")),
+])
+app.command("run")(run_cmd)
 
 
 @app.command("repro")
@@ -335,6 +381,7 @@ def repro_cmd(
     rtol: Optional[float] = typer.Option(None, "--rtol", help="Tolerance (default: the case's)."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Tolerance (default: the case's)."),
     no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in the case."),
+    model: Optional[str] = typer.Option(None, "--model", help="Use this model's tolerances (when models share the case)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
 ):
     """Print a standalone Python script (torch only) that reproduces one case."""
@@ -343,12 +390,12 @@ def repro_cmd(
     try:
         with open_db() as store:
             script = repro.script(store, name, device=device, backend=backend, imports=list(imports or []),
-                                  rtol=rtol, atol=atol, replace_device=not no_device_replace)
+                                  rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model)
     except CasedbError as e:
         fail(e)
     if output:
         output.write_text(script, encoding="utf-8")
-        err_console.print(f"wrote {output}: run it with python {output}")
+        err_console.print(f"wrote {output}: run it with python {output}", markup=False, highlight=False)
     else:
         typer.echo(script, nl=False)
 
@@ -361,14 +408,11 @@ def merge_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
 ):
     """Fold runs, results and judgements (and any cases/models missing) from other DBs into one."""
-    import os
+    from casedb import merge
+    from casedb.store import db_path
 
-    from casedb import runner
-    from casedb.store import DEFAULT_DB
-
-    target = into or state.db or os.environ.get("CASEDB_DB") or DEFAULT_DB
     try:
-        report = runner.merge(target, list(sources), combine=combine)
+        report = merge.merge(into or db_path(state.db), list(sources), combine=combine)
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -376,7 +420,8 @@ def merge_cmd(
         return
     for part in report["sources"]:
         console.print(f"{part['source']}: {part['runs']} runs, {part['results']} results, {part['judgements']} judgements, "
-                      f"{part['new_cases']} new cases ({part['runs_already_merged']} runs already there)", highlight=False)
+                      f"{part['new_cases']} new cases ({part['runs_already_merged']} runs already there)",
+                      markup=False, highlight=False)
     if report.get("run_id") is not None:
         console.print(f"combined into run {report['run_id']}", highlight=False)
 
@@ -424,6 +469,221 @@ def serve_cmd(
         serve.serve(state.db, host=host, port=port, open_browser=open_browser)
     except CasedbError as e:
         fail(e)
+
+
+# ------------------------------------------------------------------------------------- check
+
+@app.command("check")
+def check_cmd(
+    model: Optional[List[str]] = typer.Option(None, "--model", help="Only these models (repeatable; default: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    """List cases whose inputs are invalid for their op (e.g. an index beyond the indexed dim); exit 1 if any."""
+    from casedb import check
+
+    try:
+        with open_db() as store:
+            found = check.check_store(store, model)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(found)
+    else:
+        for r in found:
+            for problem in r["problems"]:
+                console.print(f"{r['source']}: {r['model']}::{r['case']}: {problem}", highlight=False, soft_wrap=True)
+        err_console.print(f"{len(found)} invalid cases")
+    if found:
+        raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------------ triage
+
+triage_app = typer.Typer(
+    help="Triage files: the expected status of each case per target (known failures, not supported, "
+         "tolerances); see casedb.triage.",
+    no_args_is_help=True,
+)
+app.add_typer(triage_app, name="triage")
+
+
+def _triage_files(files) -> list[Path]:
+    from casedb import triage
+
+    paths = list(files or triage.default_paths())
+    if not paths:
+        fail("no triage files: give FILE..., or keep them in triage/*.yaml")
+    return paths
+
+
+@triage_app.command("check")
+def triage_check_cmd(
+    files: Optional[List[Path]] = typer.Argument(None, help="Triage files (default: triage/*.yaml)."),
+    no_db: bool = typer.Option(False, "--no-db", help="Skip the checks that need the DB (stale entries)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    """Check triage files: unknown keys, bad values and patterns, stale entries, entries that tie and
+    disagree. Exit 2 when there is a problem (each with file:line); the DB is only read."""
+    from casedb import triage
+
+    paths = _triage_files(files)
+    try:
+        if no_db:
+            problems = triage.check(paths)
+        else:
+            with open_db() as store:
+                problems = triage.check(paths, store)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json({"files": [str(p) for p in paths], "problems": [p.to_dict() for p in problems]})
+    else:
+        for p in problems:
+            err_console.print(str(p), highlight=False, soft_wrap=True)
+        err_console.print(f"{len(paths)} file(s): " + (f"{len(problems)} problem(s)" if problems else "no problems"),
+                          highlight=False, soft_wrap=True)
+    raise typer.Exit(2 if problems else 0)
+
+
+@triage_app.command("update")
+def triage_update_cmd(
+    file: Optional[Path] = typer.Argument(
+        None, help="The triage file to edit (default: the one triage/*.yaml; created when missing)."),
+    from_run: int = typer.Option(..., "--from-run", metavar="RUN", help="The run whose results to triage."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Write the result here ('-': stdout) instead of editing FILE."),
+    scope: str = typer.Option("device", "--scope", help="Target keys new entries are scoped to: device, backend, "
+                                                        "arch (comma-separated), or none."),
+    as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
+):
+    """Propose triage changes from a run, as a minimal edit of FILE: new failures become known_failure
+    (stage, first error line), known failures that pass are removed, unspecified cases that pass are
+    promoted to expected_pass. Tolerances are never loosened. The DB is only read."""
+    from casedb import triage
+
+    keys = [] if scope.strip() == "none" else [k.strip() for k in scope.split(",") if k.strip()]
+    bad = [k for k in keys if k not in triage.TARGET_KEYS]
+    if bad:
+        fail(f"--scope takes device, backend, arch (comma-separated) or none, not {', '.join(bad)}")
+    if file is None:
+        found = triage.default_paths()
+        if not found:  # the first triage file: the one -o names, else triage/triage.yaml
+            file = output if output is not None and str(output) != "-" else Path("triage") / "triage.yaml"
+        elif len(found) == 1:
+            file = found[0]
+        else:
+            fail(f"give the triage FILE to edit (triage/ has {len(found)})")
+    others = [p for p in triage.default_paths() if p.resolve() != file.resolve()]
+    try:
+        with open_db() as store:
+            prop = triage.propose(store, from_run, file, others=others, scope=tuple(keys))
+    except CasedbError as e:
+        fail(e)
+    written = None
+    if output is not None and str(output) == "-":
+        typer.echo(prop.text, nl=False)
+    elif prop.changed or output is not None:
+        written = output or file
+        written.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(prop.text, encoding="utf-8")
+    if as_json:
+        emit_json({**prop.to_dict(), "written": str(written) if written else None})
+        return
+    for what, items in (("known_failure added", prop.added), ("promoted to expected_pass", prop.promoted)):
+        for d in items:
+            sel = ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("status", "reason"))
+            err_console.print(f"{what}: {sel}", highlight=False, soft_wrap=True)
+    for where in prop.removed:
+        err_console.print(f"removed (passes now): the known_failure entry at {where}", highlight=False, soft_wrap=True)
+    for where in prop.rewritten:
+        err_console.print(f"now expected_pass (passes; tolerance kept): the entry at {where}", highlight=False, soft_wrap=True)
+    for where, why in prop.kept:
+        err_console.print(f"kept: the entry at {where}: {why}", highlight=False, soft_wrap=True)
+    for case, where in prop.regressions:
+        err_console.print(f"regression left as it is: {case} is expected to pass ({where}) and failed",
+                          highlight=False, soft_wrap=True)
+    counts = (f"{len(prop.added)} added, {len(prop.removed) + len(prop.rewritten)} removed or made expected_pass, "
+              f"{len(prop.promoted)} promoted")
+    err_console.print(f"{written}: {counts}" if written else f"printed, not written: {counts}"
+                      if output is not None else "no changes", highlight=False, soft_wrap=True)
+
+
+@triage_app.command("import")
+def triage_import_cmd(
+    files: List[Path] = typer.Argument(..., help="The RFC implementation's skip_files.yaml and test-suite configs."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the triage file here (default: stdout)."),
+    device: Optional[str] = typer.Option(None, "--device", help="Scope every entry to this device (e.g. spyre)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Scope every entry to this backend."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="Scope every entry to this architecture."),
+):
+    """Turn the RFC implementation's skip/xfail lists and test-suite config (modes, unlisted_test_mode,
+    per-dtype precision) into a triage file."""
+    from casedb import triage
+
+    try:
+        text = triage.import_rfc(files, scope={"device": device, "backend": backend, "arch": arch})
+    except CasedbError as e:
+        fail(e)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        err_console.print(f"wrote {output}: check it with casedb triage check {output}", highlight=False)
+
+
+# ----------------------------------------------------------------------------------- mutants
+
+@app.command("mutants")
+def mutants_cmd(
+    model: Optional[List[str]] = typer.Option(None, "--model", help="The model whose cases are scored (repeatable)."),
+    mutant: Optional[List[str]] = typer.Option(None, "--mutant", help="Only this mutant (repeatable; default: all)."),
+    backend: str = typer.Option("eager", "--backend", help="The real backend the mutants wrap: eager (dynamo's: the "
+                                                           "captured graph run eagerly), aot_eager, inductor, ..."),
+    device: Optional[str] = typer.Option(None, "--device", help="Target device (default: cuda when available, else cpu)."),
+    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) with your own mutants "
+                                                                       "or backend (repeatable)."),
+    judge: str = typer.Option("both", "--judge", help="tolerance, ulp or both (see casedb.numerics)."),
+    op: Optional[str] = typer.Option(None, "--op", help="Only cases of this op."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N cases."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Only slice I/N of the cases (stable by signature: "
+                                                              "a sample of the whole model), e.g. 1/8."),
+    jobs: int = typer.Option(1, "-j", "--jobs", help="Worker processes per run (0: in this process)."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per case (0: none)."),
+    show: int = typer.Option(5, "--show", help="Survivors and false alarms listed per mutant (--json has all)."),
+    list_only: bool = typer.Option(False, "--list", help="List the registered mutants and exit."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress output."),
+):
+    """Mutation score: run the control and faulty backends (casedb.mutants) over a model's cases;
+    per mutant, the cases it changes and how many of them fail. Exit 1 on a false alarm."""
+    from casedb import mutation
+    from casedb.runspec import RunSpec
+
+    try:
+        if list_only:
+            known = mutation.registry(imports or [])
+            rows = [{"name": m.name, "kind": m.kind, "backend": m.backend, "doc": m.doc} for m in known.values()]
+            if as_json:
+                emit_json(rows)
+            else:
+                for r in rows:
+                    console.print(f"{r['name']} ({r['kind']}): {r['doc']}", highlight=False, soft_wrap=True)
+            return
+        if judge not in ("tolerance", "ulp", "both"):
+            fail(f"--judge takes tolerance, ulp or both, not {judge!r}")
+        spec = RunSpec(models=list(model or []), device=device, imports=list(imports or []), judge=judge, op=op,
+                       limit=limit, shard=shard, jobs=jobs, timeout=timeout, markexpr="").validate()
+        report = mutation.run_mutants(spec, mutants=mutant, base=backend, db=state.db,
+                                      progress=not (no_progress or as_json), console=err_console)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(report)
+    else:
+        mutation.print_report(report, console, show=show)
+    if report["control"]["false_alarms"]:
+        raise typer.Exit(1)
 
 
 class _stdout:

@@ -10,8 +10,26 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   ``max_rel_err`` (over elements finite on both sides; relative where the reference is
   nonzero), ``mismatch_count`` of ``numel``, and ``nan_inf_mismatch`` when a NaN/inf on one
   side is not matched on the other;
+* ``mode="ulp"``: floating elements are measured against a high-precision reference ``hi``
+  (the same call in float32/float64) in ULPs of the output dtype, and the target fails when its
+  error exceeds ``ulp_k`` times the low-precision reference's own error, or ``ulp_floor`` ULPs,
+  whichever is larger (a ULP here is the dtype's spacing at ``max(|hi|, max|hi| / 64)``, so
+  near-zero elements of a tensor are measured at its scale). Without ``hi`` a part is compared
+  as in ``values``. Reported: ``ulp_err`` and ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
 * ``mode="bits"``: bit-identical (determinism: same NaN payloads, ``-0.0 != 0.0``).
+
+Tolerances: ``rtol``/``atol`` for every part, or per dtype in ``tolerances``
+(``{"float32": [rtol, atol], ...}``, keyed by the reference tensor's dtype; Python scalars use
+their own type's precision: ``float64``).
+
+Other objects are compared by equality where their type defines one (strings, dtypes, layouts,
+enums, classes). Objects without value equality — the autocast object ``_enter_autocast``
+returns, context managers, generators — and devices (the reference runs on the CPU, so they
+differ by design) are *opaque*: only their type is checked, and their paths are listed in
+``Comparison.opaque``. Identity never decides a result. When nothing else in the result was
+compared, the comparison is ``comparable=False`` (``passed`` stays True: no difference was
+seen, but nothing was verified either — callers report it apart from passes and failures).
 
 Tensors are compared where they are (callers pass CPU tensors); integer differences are
 measured in float64.
@@ -20,12 +38,15 @@ measured in float64.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import enum
+import types
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-MODES = ("values", "metadata", "bits")
+MODES = ("values", "metadata", "bits", "ulp")
+ULP_SCALE_FLOOR = 64  # near-zero elements are measured in ULPs at max|hi| / this
 
 
 @dataclass
@@ -39,6 +60,10 @@ class Comparison:
     numel: int = 0
     nan_inf_mismatch: bool = False
     where: str | None = None         # path of the first failing part, e.g. "output[1]"
+    comparable: bool = True          # False: the result holds only opaque objects (see the module docstring)
+    opaque: list = field(default_factory=list)  # paths of the parts whose type only was checked
+    ulp_err: float | None = None     # mode "ulp": the target's worst error in ULPs of the output dtype
+    ref_ulp_err: float | None = None  # ... and the CPU reference's own
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,12 +71,19 @@ class Comparison:
 
 class _Acc:
     __slots__ = ("mode", "rtol", "atol", "check_dtype", "failure", "where", "max_abs", "max_rel",
-                 "mismatch", "numel", "nan_inf")
+                 "mismatch", "numel", "nan_inf", "compared", "opaque", "opaque_what", "tolerances", "used",
+                 "ulp_k", "ulp_floor", "ulp_err", "ref_ulp_err")
 
-    def __init__(self, mode, rtol, atol, check_dtype):
+    def __init__(self, mode, rtol, atol, check_dtype, tolerances=None, ulp_k=4.0, ulp_floor=4.0):
         self.mode = mode
         self.rtol = rtol
         self.atol = atol
+        self.tolerances = tolerances or {}
+        self.used: dict = {}         # dtype name -> (rtol, atol) applied
+        self.ulp_k = ulp_k
+        self.ulp_floor = ulp_floor
+        self.ulp_err = None
+        self.ref_ulp_err = None
         self.check_dtype = check_dtype
         self.failure = None
         self.where = None
@@ -60,11 +92,25 @@ class _Acc:
         self.mismatch = 0
         self.numel = 0
         self.nan_inf = False
+        self.compared = 0            # parts compared by value (tensors, scalars, None, equal-able objects)
+        self.opaque: list[str] = []
+        self.opaque_what: list[str] = []
 
     def fail(self, path: str, reason: str):
         if self.failure is None:
             self.failure = f"{path}: {reason}" if path else reason
             self.where = path
+
+    def tol(self, dtype) -> tuple[float, float]:
+        """(rtol, atol) for a part of this dtype (a torch.dtype, or the name of a Python scalar's)."""
+        name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+        rtol, atol = self.tolerances.get(name, (self.rtol, self.atol))
+        self.used[name] = (float(rtol), float(atol))
+        return float(rtol), float(atol)
+
+    def ulp(self, target: float, reference: float):
+        self.ulp_err = target if self.ulp_err is None else max(self.ulp_err, target)
+        self.ref_ulp_err = reference if self.ref_ulp_err is None else max(self.ref_ulp_err, reference)
 
     def err(self, abs_err: float, rel_err: float | None):
         self.max_abs = abs_err if self.max_abs is None else max(self.max_abs, abs_err)
@@ -73,24 +119,40 @@ class _Acc:
 
 
 def compare(ref: Any, out: Any, *, rtol: float = 0.0, atol: float = 0.0, mode: str = "values",
-            check_dtype: bool = True, path: str = "") -> Comparison:
+            check_dtype: bool = True, path: str = "", tolerances: dict | None = None, hi: Any = None,
+            ulp_k: float = 4.0, ulp_floor: float = 4.0) -> Comparison:
     """Compare ``out`` (target) against ``ref`` (reference); see the module docstring."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    acc = _Acc(mode, float(rtol), float(atol), check_dtype)
-    _walk(ref, out, path, acc)
+    acc = _Acc(mode, float(rtol), float(atol), check_dtype, tolerances, float(ulp_k), float(ulp_floor))
+    _walk(ref, out, path, acc, hi)
     if acc.failure is None:
-        what = {"values": f"values match (rtol={rtol:g}, atol={atol:g})",
+        tols = "; ".join(f"{d}: rtol={r:g}, atol={a:g}" for d, (r, a) in sorted(acc.used.items()))
+        what = {"values": f"values match ({tols or f'rtol={rtol:g}, atol={atol:g}'})",
                 "metadata": "metadata only (random or uninitialized output): shape, dtype and strides match",
-                "bits": "bit-identical"}[mode]
+                "bits": "bit-identical",
+                "ulp": (f"within {max(acc.ulp_k * (acc.ref_ulp_err or 0), acc.ulp_floor):.3g} ULPs of the "
+                        f"high-precision reference (target {acc.ulp_err or 0:.3g}, CPU reference "
+                        f"{acc.ref_ulp_err or 0:.3g})" if acc.ulp_err is not None else f"values match ({tols})")}[mode]
         reason = what
+        if acc.opaque and not acc.compared:
+            reason = f"not comparable: {_opaque_text(acc)}; only their types were checked (they match)"
+        elif acc.opaque:
+            reason += f"; compared by type only: {_opaque_text(acc)}"
     else:
         reason = acc.failure
     if mode == "values" and acc.max_abs is None and acc.numel:
         acc.max_abs = 0.0
     return Comparison(passed=acc.failure is None, reason=reason, mode=mode,
                       max_abs_err=acc.max_abs, max_rel_err=acc.max_rel, mismatch_count=acc.mismatch,
-                      numel=acc.numel, nan_inf_mismatch=acc.nan_inf, where=acc.where)
+                      numel=acc.numel, nan_inf_mismatch=acc.nan_inf, where=acc.where,
+                      comparable=bool(acc.compared or not acc.opaque), opaque=list(acc.opaque),
+                      ulp_err=acc.ulp_err, ref_ulp_err=acc.ref_ulp_err)
+
+
+def _opaque_text(acc: _Acc) -> str:
+    shown = ", ".join(f"{p or 'the result'} ({w})" for p, w in zip(acc.opaque[:5], acc.opaque_what))
+    return shown + (f" and {len(acc.opaque) - 5} more" if len(acc.opaque) > 5 else "")
 
 
 def _kind(x) -> str:
@@ -109,7 +171,14 @@ def _kind(x) -> str:
     return type(x).__name__
 
 
-def _walk(ref, out, path, acc: _Acc):
+def _hi_part(hi, key):
+    try:
+        return hi[key] if hi is not None else None
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _walk(ref, out, path, acc: _Acc, hi=None):
     kr, ko = _kind(ref), _kind(out)
     if kr != ko:
         acc.fail(path, f"reference is {_describe(ref)} but target is {_describe(out)}")
@@ -118,31 +187,65 @@ def _walk(ref, out, path, acc: _Acc):
             acc.mismatch += ref.numel()
         return
     if kr == "tensor":
-        _tensor(ref, out, path, acc)
+        acc.compared += 1
+        _tensor(ref, out, path, acc, hi if isinstance(hi, torch.Tensor) else None)
     elif kr == "sequence":
         if len(ref) != len(out):
             acc.fail(path, f"reference has {len(ref)} items, target {len(out)}")
         for i, (r, o) in enumerate(zip(ref, out)):
-            _walk(r, o, f"{path}[{i}]", acc)
+            _walk(r, o, f"{path}[{i}]", acc, _hi_part(hi, i))
     elif kr == "dict":
         if set(ref) != set(out):
             acc.fail(path, f"keys differ: reference {sorted(map(str, ref))}, target {sorted(map(str, out))}")
         for k in ref:
             if k in out:
-                _walk(ref[k], out[k], f"{path}.{k}" if path else str(k), acc)
+                _walk(ref[k], out[k], f"{path}.{k}" if path else str(k), acc, _hi_part(hi, k))
     elif kr == "None":
-        pass
+        acc.compared += 1
     elif kr in ("bool", "number"):
+        acc.compared += 1
         _scalar(ref, out, path, acc)
-    elif isinstance(ref, torch.device):
-        pass  # the reference runs on the CPU, the target elsewhere: devices differ by design
     else:
-        try:
-            same = bool(ref == out)
-        except Exception:  # objects without a usable ==
-            same = repr(ref) == repr(out)
-        if not same:
-            acc.fail(path, f"reference {ref!r} != target {out!r}"[:300])
+        _object(ref, out, path, acc)
+
+
+# Types whose instances are singletons: identity is their value equality.
+_SINGLETONS = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme, enum.Enum, type,
+               types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
+
+
+def _object(ref, out, path, acc: _Acc):
+    if type(ref) is not type(out):
+        acc.fail(path, f"reference is {_qualname(ref)} but target is {_qualname(out)}")
+        return
+    if isinstance(ref, torch.device):
+        acc.opaque.append(path)
+        acc.opaque_what.append("a device: the reference's is the CPU by design")
+        return
+    if not _has_value_equality(ref):  # == would be identity
+        acc.opaque.append(path)
+        acc.opaque_what.append(f"a {_qualname(ref)}, which has no value equality")
+        return
+    try:
+        same = ref == out
+        if not isinstance(same, bool):
+            raise TypeError("== did not give a bool")
+    except Exception:  # an == that raises or answers with something else (a tensor, NotImplemented)
+        acc.opaque.append(path)
+        acc.opaque_what.append(f"a {_qualname(ref)} whose == gives no answer")
+        return
+    acc.compared += 1
+    if not same:
+        acc.fail(path, f"reference {ref!r} != target {out!r}"[:300])
+
+
+def _has_value_equality(x) -> bool:
+    return isinstance(x, _SINGLETONS) or type(x).__eq__ is not object.__eq__
+
+
+def _qualname(x) -> str:
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _describe(x) -> str:
@@ -180,10 +283,11 @@ def _scalar(ref, out, path, acc: _Acc):
             return
         d = abs(out - ref)
         acc.err(d, d / abs(ref) if ref != 0 else None)
-        if not d <= acc.atol + acc.rtol * abs(ref):
+        rtol, atol = acc.tol("float64")
+        if not d <= atol + rtol * abs(ref):
             acc.mismatch += 1
             acc.fail(path, f"reference {ref!r}, target {out!r} (|diff| {d:.3g} > atol + rtol*|ref| = "
-                           f"{acc.atol + acc.rtol * abs(ref):.3g})")
+                           f"{atol + rtol * abs(ref):.3g})")
     else:
         d = abs(out - ref)
         acc.err(float(d), float(d) / abs(ref) if ref != 0 else None)
@@ -210,7 +314,7 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc):
+def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torch.Tensor | None = None):
     n = ref.numel()
     acc.numel += n
     if ref.shape != out.shape:
@@ -240,11 +344,18 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc):
             acc.mismatch += bad
             acc.fail(path, f"not bit-identical: {bad} of {n} elements differ")
         return
+    ulp = (acc.mode == "ulp" and hi is not None and ref.dtype.is_floating_point and out.dtype.is_floating_point
+           and hi.shape == ref.shape and hi.dtype.is_floating_point)
     if ref.dtype == out.dtype and torch.equal(_bits(ref), _bits(out)):
         # bit-identical (the common case of a matching backend): nothing to measure
         acc.err(0.0, 0.0)
+        if ulp:
+            e = _ulp_errors(ref, _dense(hi))
+            acc.ulp(e, e)
         return
-    if ref.dtype.is_floating_point or ref.dtype.is_complex or out.dtype.is_floating_point or out.dtype.is_complex:
+    if ulp:
+        _ulp_values(ref, out, _dense(hi), path, acc)
+    elif ref.dtype.is_floating_point or ref.dtype.is_complex or out.dtype.is_floating_point or out.dtype.is_complex:
         _float_values(ref, out, path, acc)
     else:
         _exact_values(ref, out, path, acc)
@@ -268,7 +379,8 @@ def _float_values(ref, out, path, acc: _Acc):
     a = out.to(ct)
     diff = (a - b).abs()
     babs = b.abs()
-    close = diff <= babs * acc.rtol + acc.atol
+    rtol, atol = acc.tol(ref.dtype)
+    close = diff <= babs * rtol + atol
     finite = torch.isfinite(a) & torch.isfinite(b)
     all_finite = bool(finite.all())
     if not all_finite:
@@ -289,8 +401,57 @@ def _float_values(ref, out, path, acc: _Acc):
         n = ref.numel()
         extra = ", NaN/inf mismatch" if acc.nan_inf else ""
         rel = f"{max_rel:.3g}" if max_rel is not None else "n/a"
-        acc.fail(path, f"{bad} of {n} elements ({100.0 * bad / n:.3g}%) exceed atol={acc.atol:g} + "
-                       f"rtol={acc.rtol:g}*|ref|; max abs err {max_abs:.3g}, max rel err {rel}{extra}")
+        acc.fail(path, f"{bad} of {n} elements ({100.0 * bad / n:.3g}%) exceed atol={atol:g} + "
+                       f"rtol={rtol:g}*|ref|; max abs err {max_abs:.3g}, max rel err {rel}{extra}")
+
+
+def _ulp_scale(hi: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype`` at each element of ``hi`` (float64), measured at no less than the
+    tensor's largest magnitude / ULP_SCALE_FLOOR."""
+    info = torch.finfo(dtype)
+    mag = hi.abs()
+    finite = torch.isfinite(mag)
+    top = float(mag[finite].max()) if bool(finite.any()) else 0.0
+    mag = torch.clamp(mag.masked_fill(~finite, 1.0), min=max(top / ULP_SCALE_FLOOR, info.tiny))
+    return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
+
+
+def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor | None = None) -> float:
+    """The largest |x - hi| over finite elements, in ULPs of x's dtype."""
+    h = hi.to(torch.float64)
+    scale = _ulp_scale(h, x.dtype) if scale is None else scale
+    a = x.to(torch.float64)
+    ok = torch.isfinite(a) & torch.isfinite(h)
+    if not bool(ok.any()):
+        return 0.0
+    return float(((a - h).abs() / scale)[ok].max())
+
+
+def _ulp_values(ref, out, hi, path, acc: _Acc):
+    h = hi.to(torch.float64)
+    a, b = out.to(torch.float64), ref.to(torch.float64)
+    scale = _ulp_scale(h, ref.dtype)
+    e_t, e_r = _ulp_errors(out, h, scale), _ulp_errors(ref, h, scale)
+    acc.ulp(e_t, e_r)
+    bound = max(acc.ulp_k * e_r, acc.ulp_floor)
+    diff = (a - b).abs()
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    bad = (~finite & ~same) | (finite & torch.isfinite(h) & ((a - h).abs() / scale > bound))
+    if bool((~finite & ~same).any()):
+        acc.nan_inf = True
+    diff = diff.masked_fill(~finite, 0)
+    babs = b.abs()
+    nz = (babs > 0) & finite
+    acc.err(float(diff.max()), float((diff[nz] / babs[nz]).max()) if bool(nz.any()) else None)
+    n_bad = int(bad.sum())
+    if n_bad:
+        acc.mismatch += n_bad
+        n = ref.numel()
+        extra = ", NaN/inf mismatch" if acc.nan_inf else ""
+        acc.fail(path, f"{n_bad} of {n} elements ({100.0 * n_bad / n:.3g}%) are off the {_dt(hi.dtype)} reference by "
+                       f"more than {bound:.3g} ULPs of {_dt(ref.dtype)} (max({acc.ulp_k:g} x the CPU reference's "
+                       f"{e_r:.3g}, {acc.ulp_floor:g})): the target's error is {e_t:.3g} ULPs{extra}")
 
 
 def _exact_values(ref, out, path, acc: _Acc):

@@ -9,23 +9,34 @@
   not only because no view happens to write (Datasette 0.65 answers a POST to a table with 500);
 * SQL function ``casedb_latest_run()``: the newest run id. The served file is immutable, so it
   is a constant per connection, which lets SQLite push ``run_id = casedb_latest_run()`` into the
-  grouped views (a ``(SELECT max(id) FROM runs)`` subquery would make them aggregate every run).
+  grouped views (a ``(SELECT max(id) FROM runs)`` subquery would make them aggregate every run);
+* every connection gets SQLite's length limit (``serve.MAX_VALUE_BYTES``) and a row factory
+  that stops a query once it has returned ``serve.MAX_RESULT_BYTES`` of values;
+* errors: a refused request (bad or too costly SQL, 404, 403) is answered as Datasette would and
+  logged as one line; only a bug logs a traceback (this replaces Datasette's handler, which
+  prints a traceback with locals, hundreds of lines, for every refused query).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import sys
+import traceback
 
-from datasette import hookimpl
+from datasette import Response, hookimpl
+from datasette.utils import add_cors_headers
+from datasette.utils.asgi import Base400
+from datasette.views.base import DatasetteError
 from markupsafe import Markup, escape
 
-from casedb.migrations import OUTCOME_CLASSES
-from casedb.serve import DB_NAME
+from casedb import outcomes
+from casedb.serve import DB_NAME, MAX_RESULT_BYTES, MAX_SQLITE_HEAP, MAX_VALUE_BYTES
 
 _COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#cf222e", "xfail": "#9a6700", "skip": "#57606a",
             "ref_error": "#8250df"}
-_OUTCOME_VERDICT = {outcome: verdict for outcome, verdict, *_ in OUTCOME_CLASSES}
+_OUTCOME_VERDICT = {o.name: o.verdict for o in outcomes.OUTCOMES}
 _READ_ONLY = b"casedb serve is read-only: browse and query (GET), nothing is written to the database\n"
 
 
@@ -45,10 +56,32 @@ def asgi_wrapper(datasette):
     return wrap
 
 
+def capped_rows(limit: int = MAX_RESULT_BYTES):
+    """A row factory making ``sqlite3.Row`` rows that raises ``sqlite3.DataError`` once one
+    cursor (one query) has returned more than `limit` bytes of values."""
+    current = None
+    total = 0
+
+    def factory(cursor, row):
+        nonlocal current, total
+        if cursor is not current:
+            current, total = cursor, 0
+        for v in row:
+            total += len(v) if v.__class__ is str or v.__class__ is bytes else 8
+        if total > limit:
+            raise sqlite3.DataError(f"the query returns more than {limit >> 20} MiB; select fewer rows or "
+                                    "columns (length(data) instead of data, a LIMIT)")
+        return sqlite3.Row(cursor, row)
+
+    return factory
+
+
 @hookimpl
 def prepare_connection(conn, database, datasette):
     if database != DB_NAME:
         return
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.row_factory = capped_rows()
     try:
         latest = conn.execute("SELECT max(id) FROM runs").fetchone()[0]
     except sqlite3.Error:  # not a casedb database
@@ -108,3 +141,42 @@ def render_cell(row, value, column, table, database, datasette):
     if column in ("outcome", "verdict", "base_outcome", "previous_outcome"):
         return _badge(value)
     return None
+
+
+def _error(exception) -> tuple[int, str, str | None, dict, bool]:
+    """(status, message, title, extra JSON fields, is a bug) of an exception a request raised."""
+    if isinstance(exception, Base400):
+        return exception.status, str(exception.args[0]) if exception.args else "", None, {}, False
+    if isinstance(exception, DatasetteError):
+        message = Markup(exception.message) if exception.message_is_html else exception.message
+        return exception.status, message, exception.title, dict(exception.error_dict or {}), exception.status >= 500
+    if isinstance(exception, MemoryError):  # SQLITE_NOMEM: past the heap limit
+        return (400, f"the query needs more than the {MAX_SQLITE_HEAP >> 20} MiB of memory casedb serve allows; "
+                "select fewer or smaller values", "Query too large", {}, False)
+    if isinstance(exception, sqlite3.Error):
+        return 400, str(exception), "Invalid SQL", {}, False
+    return 500, str(exception), None, {}, True
+
+
+@hookimpl
+def handle_exception(datasette, request, exception):
+    async def inner():
+        status, message, title, info, bug = _error(exception)
+        if bug:
+            traceback.print_exception(exception)
+        elif not isinstance(exception, sqlite3.Error):  # Datasette logged those already (one line)
+            text = " ".join(re.sub(r"<[^>]+>", "", str(message)).split())
+            sys.stderr.write(f"casedb serve: {status} {request.path}: {text[:300]}\n")
+            sys.stderr.flush()
+        info.update({"ok": False, "error": message, "status": status, "title": title})
+        headers = {}
+        if datasette.cors:
+            add_cors_headers(headers)
+        if request.path.split("?")[0].endswith(".json"):
+            return Response.json(info, status=status, headers=headers)
+        template = datasette.jinja_env.select_template([f"{status}.html", "error.html"])
+        html = await template.render_async(dict(info, urls=datasette.urls, app_css_hash=datasette.app_css_hash(),
+                                                menu_links=lambda: []))
+        return Response.html(html, status=status, headers=headers)
+
+    return inner

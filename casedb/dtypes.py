@@ -77,3 +77,11 @@ def promote_floating(names) -> str | None:
     if "float16" in kinds:
         return "float16"
     return names[0]
+
+
+def reference_dtype(name) -> str:
+    """The canonical name of an upcast reference dtype (``--reference-dtype``): a floating dtype."""
+    canon = canonical(name)
+    if canon not in FLOATING:
+        raise UnknownDtype(f"reference dtype {name!r} is not a floating dtype (use float32 or float64)")
+    return canon

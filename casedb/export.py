@@ -9,12 +9,13 @@ written as ``.pt`` files beside the manifest (``<stem>.files/<sha12>.pt``).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import IO
 
 import yaml
 
-from casedb import casespec, dtypes, marks as marks_mod
+from casedb import blobs, casespec, dtypes, marks as marks_mod
 from casedb.store import Store
 
 
@@ -30,9 +31,19 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
+# Line breaks YAML rewrites inside block and plain scalars (\r\n -> \n, NEL -> \n ...): text holding
+# one is written double-quoted, where every character is escaped exactly.
+_BREAKS = re.compile("[\r\x85\u2028\u2029]")
+
+
 def _str(dumper, s):
+    # Text is written so it reads back exactly (names are identities): multi-line text as a
+    # literal block (the emitter adds `|-` or `|+` for the final newline, or falls back to
+    # double quotes when a block cannot hold it); other line breaks double-quoted.
+    if _BREAKS.search(s):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style='"')
     if "\n" in s:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", s + "\n", style="|")
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", s)
 
 
@@ -104,6 +115,8 @@ class _Writer:
             return {"tensor_list": [self.tensor(t, case_dtype) for t in spec["tensor_list"]]}
         if "file" in spec:
             return {"file": self.file(spec["file"])}
+        if "value" in spec:
+            return {"value": _value(spec["value"])}
         return dict(spec)
 
     def file(self, f: dict) -> str:
@@ -119,15 +132,16 @@ class _Writer:
         return str(target.relative_to(self.out_path.parent))
 
 
-def blob_tensor(data: bytes, dtype: str, shape: list[int]):
-    """The tensor stored in a blob (raw little-endian bytes in `dtype`)."""
-    import torch
+def _value(v):
+    # A stored string that a manifest would read as a literal ("None", "1") is written quoted.
+    return casespec.string_spelling(v) if isinstance(v, str) else v
 
-    if dtype == "bool":
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.bool).reshape(shape)
-    if not data:
-        return torch.empty(shape, dtype=getattr(torch, dtype))
-    return torch.frombuffer(bytearray(data), dtype=getattr(torch, dtype)).reshape(shape).clone()
+
+def blob_tensor(data: bytes, dtype: str, shape: list[int]):
+    """The tensor stored in a blob (see :mod:`casedb.blobs`)."""
+    from casedb.materialize import torch_dtype
+
+    return blobs.decode(data, shape, torch_dtype(dtype))
 
 
 def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
@@ -148,7 +162,7 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
         c: dict = {"name": occ["name"], "op": occ["op"]}
         if occ["attrs"]:
             c["attrs"] = _flow({k: (writer.input(v, case_dtype) if isinstance(v, dict) and len(v) == 1
-                                    and next(iter(v)) in casespec.INPUT_KINDS else v)
+                                    and next(iter(v)) in casespec.INPUT_KINDS else _value(v))
                                 for k, v in occ["attrs"].items()})
         c["inputs"] = [_flow(writer.input(s, case_dtype)) for s in occ["inputs"]]
         if occ["description"]:
@@ -171,11 +185,9 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
             c["seed"] = occ["seed"]
         if occ["count"] and occ["count"] > 1:
             c["count"] = occ["count"]
-        d_rtol, d_atol = casespec.DEFAULT_TOL.get(case_dtype, (0.0, 0.0))
-        if occ["rtol"] != defaults.get("rtol", d_rtol):
-            c["rtol"] = occ["rtol"]
-        if occ["atol"] != defaults.get("atol", d_atol):
-            c["atol"] = occ["atol"]
+        for k in ("rtol", "atol"):  # the case's own tolerance; the rest follows from the defaults
+            if occ[k] is not None:
+                c[k] = occ[k]
         cases.append(c)
     doc["cases"] = cases
     return doc

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 import importers
-from casedb import casespec
+from casedb import casespec, check
 from casedb.errors import InputError
 from casedb.store import ModelInfo, Occurrence, Store, model_key
 
@@ -30,12 +30,15 @@ class FileReport:
     duplicates: int = 0        # occurrences whose case was already known
     skipped: int = 0
     skipped_reasons: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # {where, case, problem}: invalid inputs (casedb.check)
 
 
 @dataclass
 class ImportReport:
     files: list[FileReport]
     dry_run: bool = False
+    retired: int = 0   # --replace: occurrences no longer imported but judged by runs (kept for history)
+    removed: int = 0   # --replace: occurrences no longer imported and never judged (deleted)
 
     def totals(self) -> dict:
         keys = ("records", "occurrences", "new_cases", "duplicates", "skipped")
@@ -44,21 +47,29 @@ class ImportReport:
         return out
 
     def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "files": [asdict(f) for f in self.files], "totals": self.totals()}
+        return {"dry_run": self.dry_run, "files": [asdict(f) for f in self.files], "totals": self.totals(),
+                "retired": self.retired, "removed": self.removed}
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
+    """Files to import: the paths given, folders replaced by their importable files. A folder
+    entry that is not a regular file (a FIFO, a link to a device) is kept, so reading refuses it."""
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.lower().endswith(importers.SUFFIXES))
+            found = sorted(f for f in p.iterdir() if not f.is_dir() and f.name.lower().endswith(importers.SUFFIXES))
             if not found:
                 raise InputError("folder has no importable files (.yaml, .jsonl, .json[.gz], .txt)", where=str(p))
             out += found
-        elif p.exists():
+        elif p.exists() or p.is_symlink():
             out.append(p)
         else:
             raise InputError("no such file or folder", where=str(p))
+    for p in out:
+        try:
+            str(p).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("the file name is not valid UTF-8; rename the file", where=ascii(str(p))) from None
     return out
 
 
@@ -68,19 +79,24 @@ def _auto_name(op: str, sig: str) -> str:
 
 
 def prepare(paths, *, format: str | None = None, model: str | None = None,
-            strict: bool = False, options: dict | None = None):
-    """Parse and normalize every file; returns (models, occurrences, reports). No DB access."""
+            strict: bool = False, options: dict | None = None, allow_outside: bool = False,
+            max_bytes: int | None = None):
+    """Parse and normalize every file; returns (models, occurrences, reports). No DB access.
+
+    allow_outside: read ``file:`` inputs outside the manifest's folder too. max_bytes: cap on
+    each file read (decompressed), default ``importers.files.MAX_INPUT_BYTES``."""
     # Many small live objects and no cycles: the collector's repeated walks would dominate.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _prepare(paths, format=format, model=model, strict=strict, options=options)
+        return _prepare(paths, format=format, model=model, strict=strict, options=options,
+                        allow_outside=allow_outside, max_bytes=max_bytes)
     finally:
         if enabled:
             gc.enable()
 
 
-def _prepare(paths, *, format, model, strict, options):
+def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes):
     models: dict[str, ModelInfo] = {}
     occurrences: dict[tuple[str, str], Occurrence] = {}
     named_at: dict[tuple[str, str], str] = {}
@@ -94,7 +110,8 @@ def _prepare(paths, *, format, model, strict, options):
         if fmt in importers.NEEDS_MODEL and not model:
             raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
         accepted = inspect.signature(mod.parse).parameters
-        kwargs = {k: v for k, v in (options or {}).items() if k in accepted and v is not None}
+        kwargs = {k: v for k, v in {**(options or {}), "max_bytes": max_bytes}.items()
+                  if k in accepted and v is not None}
         report = FileReport(path=str(path), format=fmt)
         file_model: ModelInfo | None = None
         defaults: dict = {}
@@ -105,6 +122,7 @@ def _prepare(paths, *, format, model, strict, options):
                 kind = rec.get("type")
                 if kind == "model":
                     name = model or rec["name"]
+                    _check_model_name(name, str(path))
                     defaults = casespec.normalize_defaults(rec.get("defaults"), str(path))
                     file_model = ModelInfo(name=name, family=rec.get("family"), variant_of=rec.get("variant_of"),
                                            source=rec.get("source", str(path)), description=rec.get("description"),
@@ -125,11 +143,13 @@ def _prepare(paths, *, format, model, strict, options):
                 if not name:
                     raise InputError("these cases do not name their model: pass --model NAME", where=str(path))
                 if file_model is None or model_key(file_model.name) != model_key(name):
+                    _check_model_name(name, rec.get("where") or str(path))
                     file_model = models.get(model_key(name)) or ModelInfo(name=name, source=str(path))
                     _add_model(models, file_model)
                 name = file_model.name
                 where = rec.get("where") or str(path)
-                norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent)
+                norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent,
+                                               allow_outside=allow_outside, max_bytes=max_bytes)
                 count = int(rec.get("count") or 1)
                 if isinstance(rec["case"], dict) and rec["case"].get("count"):
                     count = rec["case"]["count"]
@@ -152,13 +172,27 @@ def _prepare(paths, *, format, model, strict, options):
                                                   count=count, position=position)
                     report.occurrences += 1
                     file_keys.append(key)
+                    report.warnings += check.import_problems(norm, where=where, case=case_name)
                 position += 1
                 report.model = name
         except (OSError, EOFError, ValueError, KeyError) as e:
             # A parser's own error on a damaged file: name the file, lose nothing.
             raise InputError(f"cannot read as {fmt}: {type(e).__name__}: {e}", where=str(path)) from None
+        except RecursionError:
+            raise InputError(f"cannot read as {fmt}: nested too deeply", where=str(path)) from None
+        if strict:
+            check.fail_on(report.warnings)
         reports.append((report, file_keys))
     return list(models.values()), occurrences, reports
+
+
+def _check_model_name(name, where: str) -> None:
+    if not isinstance(name, (str, int)) or not str(name).strip():
+        raise InputError(f"the model name must be a non-empty string, got {name!r}", where=where)
+    try:
+        casespec.check_text(str(name), "the model name")
+    except ValueError as e:
+        raise InputError(str(e), where=where) from None
 
 
 def _add_model(models: dict, info: ModelInfo) -> None:
@@ -170,9 +204,13 @@ def _add_model(models: dict, info: ModelInfo) -> None:
 
 def import_paths(store: Store, paths, *, format: str | None = None, model: str | None = None,
                  dry_run: bool = False, strict: bool = False, replace: bool = False,
-                 options: dict | None = None) -> ImportReport:
-    """Import files into `store` in one transaction (nothing is written on any error)."""
-    models, occurrences, reports = prepare(paths, format=format, model=model, strict=strict, options=options)
+                 options: dict | None = None, allow_outside: bool = False,
+                 max_bytes: int | None = None) -> ImportReport:
+    """Import files into `store` in one transaction (nothing is written on any error).
+
+    replace: each imported model's cases become exactly the imported ones (see Store.save)."""
+    models, occurrences, reports = prepare(paths, format=format, model=model, strict=strict, options=options,
+                                           allow_outside=allow_outside, max_bytes=max_bytes)
     known = store.existing_signatures(o.case.signature for o in occurrences.values())
     files = []
     for report, keys in reports:
@@ -184,6 +222,8 @@ def import_paths(store: Store, paths, *, format: str | None = None, model: str |
                 report.new_cases += 1
                 known.add(sig)
         files.append(report)
+    out = ImportReport(files=files, dry_run=dry_run)
     if not dry_run:
-        store.save(models, occurrences.values(), replace_models=[m.name for m in models] if replace else ())
-    return ImportReport(files=files, dry_run=dry_run)
+        saved = store.save(models, occurrences.values(), replace_models=[m.name for m in models] if replace else ())
+        out.retired, out.removed = saved["retired"], saved["removed"]
+    return out

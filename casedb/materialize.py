@@ -26,14 +26,13 @@ and with ``uniform`` use ``randint`` over [low, high).
 from __future__ import annotations
 
 import functools
-import io
 import math
 import re
-import sys
 from typing import Any, Callable
 
 import torch
 
+from casedb import blobs
 from casedb import dtypes as dtypes_mod
 from casedb import presets as presets_mod
 from casedb.safe_eval import parse_py_literal
@@ -54,22 +53,25 @@ class MaterializeError(ValueError):
 # ------------------------------------------------------------------------------------ leaves
 
 class TensorLeaf:
-    """A generated CPU tensor (``base``, never handed to an op unless no copy is needed) and
-    the preset that lays it out on the device."""
+    """A generated CPU tensor (``base``, never handed to an op unless no copy is needed), the
+    preset that lays it out on the device, and how it was generated (``source``: shape, dtype
+    and the blob, the data or the init with its arguments; what a repro script replays)."""
 
-    __slots__ = ("base", "preset", "preset_args")
+    __slots__ = ("base", "preset", "preset_args", "source")
 
-    def __init__(self, base: torch.Tensor, preset: str | None, preset_args: dict | None):
+    def __init__(self, base: torch.Tensor, preset: str | None, preset_args: dict | None, source: dict | None = None):
         self.base = base
         self.preset = preset
         self.preset_args = preset_args or {}
+        self.source = source or {}
 
 
 class TensorListLeaf:
-    __slots__ = ("items",)
+    __slots__ = ("items", "as_tuple")
 
-    def __init__(self, items: list):
+    def __init__(self, items: list, as_tuple: bool = False):
         self.items = items  # TensorLeaf | None each
+        self.as_tuple = as_tuple  # an index x[i0, i1] is a tuple of tensors, not a list
 
 
 class DeviceLeaf:
@@ -118,7 +120,8 @@ def _place(x, ctx):
     if cls is TensorLeaf:
         return _place_tensor(x, ctx)
     if cls is TensorListLeaf:
-        return [None if i is None else _place_tensor(i, ctx) for i in x.items]
+        items = [None if i is None else _place_tensor(i, ctx) for i in x.items]
+        return tuple(items) if x.as_tuple else items
     if cls is DeviceLeaf:
         return ctx[1] if ctx[4] else x.text
     return x
@@ -177,7 +180,17 @@ def prepare(case: dict, *, load_blob: Callable[[str], bytes] | None = None) -> P
             kwargs[k] = b.input(v, f"attrs.{k}", key=k)
         else:
             kwargs[k] = _value(v, key=k)
+    if len(args) > 1 and type(args[1]) is TensorListLeaf and _is_indexing(case.get("op")):
+        args[1].as_tuple = True  # x[i0, i1]: torch reads a list of index tensors as one index (deprecated)
     return Prepared(args, kwargs, b.leaves)
+
+
+_INDEXING = {"torch.getitem", "torch.setitem", "operator.getitem", "operator.setitem", "operator.__getitem__",
+             "operator.__setitem__", "torch.Tensor.__getitem__", "torch.Tensor.__setitem__"}
+
+
+def _is_indexing(op) -> bool:
+    return op in _INDEXING
 
 
 def override_caster(dtype: "str | torch.dtype") -> Caster:
@@ -228,28 +241,6 @@ def torch_dtype(name: "str | torch.dtype") -> torch.dtype:
     return dt
 
 
-def tensor_from_bytes(raw: bytes, shape, dtype: torch.dtype) -> torch.Tensor:
-    """A tensor from raw little-endian bytes of the contiguous tensor (the blob format); a
-    ``torch.save`` file is accepted too."""
-    shape = tuple(shape)
-    n = math.prod(shape)
-    size = dtype.itemsize
-    if len(raw) != n * size:
-        if raw[:2] == b"PK":  # a torch.save file rather than raw bytes
-            t = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-            if isinstance(t, torch.Tensor) and tuple(t.shape) == shape:
-                return t.to(dtype)
-        raise MaterializeError(
-            f"blob has {len(raw)} bytes but a {dtype} tensor of shape {list(shape)} needs {n * size}")
-    if n == 0:
-        return torch.empty(shape, dtype=dtype)
-    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    if sys.byteorder == "big" and size > 1:
-        part = size // 2 if dtype.is_complex else size
-        t = t.view(-1, part).flip(1).reshape(-1)
-    return t.view(dtype).reshape(shape)
-
-
 # ------------------------------------------------------------------------------------ building
 
 class _Builder:
@@ -286,8 +277,9 @@ class _Builder:
         if not isinstance(spec, dict):
             raise MaterializeError(f"{label}: a tensor spec is a mapping with shape and dtype, got {spec!r}")
         dtype = torch_dtype(spec.get("dtype") or self.case_dtype)
+        source = {"shape": list(spec.get("shape") or ()), "dtype": str(dtype).replace("torch.", "")}
         try:
-            base = self.generate(spec, dtype, label)
+            base = self.generate(spec, dtype, label, source)
         except MaterializeError:
             raise
         except (RuntimeError, TypeError, ValueError) as e:
@@ -295,13 +287,14 @@ class _Builder:
         preset = spec.get("preset")
         if preset is not None and preset not in presets_mod.PRESETS:
             raise MaterializeError(f"{label}: {presets_mod.check_args(preset, {})}")
-        leaf = TensorLeaf(base, preset, spec.get("preset_args"))
+        leaf = TensorLeaf(base, preset, spec.get("preset_args"), source)
         self.leaves.append(leaf)
         return leaf
 
-    def generate(self, spec: dict, dtype: torch.dtype, label: str) -> torch.Tensor:
+    def generate(self, spec: dict, dtype: torch.dtype, label: str, source: dict) -> torch.Tensor:
         shape = tuple(spec.get("shape") or ())
         if "blob" in spec:
+            source["blob"] = spec["blob"]
             if self.load_blob is None:
                 raise MaterializeError(f"{label}: the tensor's values are in blob {spec['blob'][:12]}…, "
                                        "but no load_blob was given to read it")
@@ -311,16 +304,20 @@ class _Builder:
                 raw = None
             if raw is None:
                 raise MaterializeError(f"{label}: blob {spec['blob']} not found")
-            return tensor_from_bytes(raw, spec.get("shape", ()), dtype)
+            return blobs.decode(raw, spec.get("shape", ()), dtype)
         if spec.get("data") is not None:
+            source["data"] = spec["data"]
             t = torch.tensor(spec["data"], dtype=dtype)
+            if "shape" not in spec:
+                source["shape"] = list(t.shape)
             return t.reshape(shape) if "shape" in spec else t
         init = spec.get("init") or ("randn" if dtype.is_floating_point or dtype.is_complex else
                                     "rand" if dtype == torch.bool else "randint")
         make = _GEN.get(init)
         if make is None:
             raise MaterializeError(f"{label}: unknown init {init!r}; known: {', '.join(sorted(_GEN))}, data")
-        return make(shape, dtype, spec.get("init_args") or {}, self.gen)
+        source.update(init=init, init_args=spec.get("init_args") or {})
+        return make(shape, dtype, source["init_args"], self.gen)
 
 
 # ------------------------------------------------------------------------------------ generators

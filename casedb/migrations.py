@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from sqlite_utils import Migrations
 
+from casedb import outcomes
+
 migrations = Migrations("casedb")
 
 
@@ -91,22 +93,10 @@ def m003_run_history(db):
 # a view is a new migration that calls _create_views() again (each view is dropped and
 # recreated). Views name their columns (no `*`): a migration adding table columns leaves them valid.
 
-# How each outcome counts. `executed`: what a pass rate divides by (skipped cases and cases whose
-# CPU reference failed say nothing about the device). `failing`: what a regression turns into
-# (xfailed is a failure already known). xpassed counts as a pass: the op works; `report` lists it
-# as "remove xfail".
-OUTCOME_CLASSES = [
-    # outcome, verdict, executed, passed, failing, meaning
-    ("passed", "pass", 1, 1, 0, "matched the CPU reference within the occurrence's tolerance"),
-    ("xpassed", "pass", 1, 1, 0, "passed although marked xfail: remove the xfail"),
-    ("failed", "fail", 1, 0, 1, "ran, but the output is outside tolerance"),
-    ("error", "error", 1, 0, 1, "the device/backend raised an unexpected error"),
-    ("crashed", "error", 1, 0, 1, "the worker process died"),
-    ("timeout", "error", 1, 0, 1, "ran past the time limit"),
-    ("xfailed", "xfail", 1, 0, 0, "failed as its xfail mark expects"),
-    ("skipped", "skip", 0, 0, 0, "not run (skip_if, marks or an unsupported dtype)"),
-    ("ref_error", "ref_error", 0, 0, 0, "the CPU eager reference itself failed: a bad case"),
-]
+# How each outcome counts (the `outcome_classes` table, from casedb.outcomes): `executed` is
+# what a pass rate divides by (skipped cases and cases whose CPU reference failed say nothing
+# about the device); `failing` is what a regression turns into (xfailed is a failure already
+# known). xpassed counts as a pass: the op works; `report` lists it as "remove xfail".
 
 _TALLIES = """sum({n}) AS occurrences,
                sum({n} * {c}.executed) AS executed,
@@ -117,16 +107,27 @@ _TALLIES = """sum({n}) AS occurrences,
                sum({n} * ({c}.outcome = 'xpassed')) AS xpassed,
                sum({n} * ({c}.verdict = 'skip')) AS skipped,
                sum({n} * ({c}.verdict = 'ref_error')) AS ref_errors,
+               sum({n} * ({c}.verdict = 'not_exercised')) AS not_exercised,
                round(100.0 * sum({n} * {c}.passed) / nullif(sum({n} * {c}.executed), 0), 2) AS pass_rate"""
 TALLIES = _TALLIES.format(n="vc.n", c="vc")
 _RUN_COLS = ("run_id", "started_at", "finished_at", "status", "device", "backend", "torch_version", "occurrences",
-             "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped", "ref_errors", "pass_rate")
+             "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped", "ref_errors", "not_exercised",
+             "pass_rate")
 
 
-def repro_sql(model: str, name: str, device: str, backend: str) -> str:
-    """The `casedb repro` command line of a judged occurrence, on its run's device and backend."""
-    return (f"'casedb repro ' || {model} || '::' || {name}"
-            f" || ifnull(' --device ' || {device}, '') || ifnull(' --backend ' || {backend}, '')")
+def shell_quote_sql(expr: str) -> str:
+    """SQL giving ``expr`` as one POSIX shell word: as it is when it holds only safe characters,
+    else in single quotes (each ' written '"'"'), so a pasted command never runs a name."""
+    return (f"(CASE WHEN {expr} GLOB '*[^A-Za-z0-9_.,:/=+@%-]*' OR {expr} = '' "
+            f"THEN '''' || replace({expr}, '''', '''\"''\"''') || '''' ELSE {expr} END)")
+
+
+def repro_sql(signature: str, model: str, device: str, backend: str) -> str:
+    """The `casedb repro` command of a judged occurrence, on its run's device and backend: the
+    case by signature prefix (names can hold anything), every other word shell-quoted."""
+    return (f"'casedb repro ' || substr({signature}, 1, 16) || ' --model ' || {shell_quote_sql(model)}"
+            f" || ifnull(' --device ' || {shell_quote_sql(device)}, '')"
+            f" || ifnull(' --backend ' || {shell_quote_sql(backend)}, '')")
 
 
 def _of(table: str, col: str, key: str, value: str) -> str:
@@ -154,12 +155,12 @@ REPORT_VIEWS = {
                {_of('cases', 'shapes', 'signature', 'j.signature')} AS inputs,
                {_of('cases', 'dtype', 'signature', 'j.signature')} AS dtype, j.outcome,
                ifnull({_of('outcome_classes', 'verdict', 'outcome', 'j.outcome')}, 'unknown') AS verdict,
-               j.reason, j.rtol, j.atol, j.result_id,
+               j.reason, j.stage, j.rtol, j.atol, j.result_id,
                {', '.join(f"{_of('results', c, 'id', 'j.result_id')} AS {c}" for c in (
                    'max_abs_err', 'max_rel_err', 'mismatch_count', 't_ref', 't_compile', 't_exec', 'error_type',
                    'error_message'))},
-               {repro_sql('j.model', _of('model_cases', 'name', 'id', 'j.model_case_id'),
-                          _of('runs', 'device', 'id', 'j.run_id'), _of('runs', 'backend', 'id', 'j.run_id'))} AS repro
+               {repro_sql('j.signature', 'j.model', _of('runs', 'device', 'id', 'j.run_id'),
+                          _of('runs', 'backend', 'id', 'j.run_id'))} AS repro
         FROM judgements j""",
     # judgement_counts with each outcome's class (unknown outcomes count as occurrences only).
     "verdict_counts": """
@@ -196,8 +197,9 @@ REPORT_VIEWS = {
     # What a model's case set covers, whatever has run: occurrences and distinct input signatures.
     "model_coverage": """
         SELECT m.name AS model,
-               (SELECT count(*) FROM model_cases mc WHERE mc.model = m.name) AS cases,
-               (SELECT count(DISTINCT mc.signature) FROM model_cases mc WHERE mc.model = m.name) AS signatures
+               (SELECT count(*) FROM model_cases mc WHERE mc.model = m.name AND mc.retired_at IS NULL) AS cases,
+               (SELECT count(DISTINCT mc.signature) FROM model_cases mc
+                 WHERE mc.model = m.name AND mc.retired_at IS NULL) AS signatures
         FROM models m""",
     # Every pair of runs, occurrence by occurrence (cj: current, bj: base). Read it with run_id and
     # base_run_id fixed. Outcomes are compared before any detail is joined (LEFT JOINs keep their
@@ -213,7 +215,7 @@ REPORT_VIEWS = {
                br.max_abs_err AS base_max_abs_err, cr.max_abs_err,
                CASE WHEN br.max_abs_err > 0 THEN cr.max_abs_err / br.max_abs_err END AS err_growth,
                cr.error_type, cr.error_message, cj.rtol, cj.atol, cj.id AS judgement_id,
-               {repro_sql('cj.model', 'mc.name', 'ru.device', 'ru.backend')} AS repro
+               {repro_sql('cj.signature', 'cj.model', 'ru.device', 'ru.backend')} AS repro
         FROM judgements cj
         JOIN judgements bj ON bj.model_case_id = cj.model_case_id
         JOIN runs ru ON ru.id = cj.run_id
@@ -231,7 +233,7 @@ REPORT_VIEWS = {
                bj.outcome AS previous_outcome, cj.outcome, cr.error_type, cr.error_message,
                br.max_abs_err AS previous_max_abs_err, cr.max_abs_err, cj.rtol, cj.atol,
                cj.model_case_id, cj.signature, cj.id AS judgement_id,
-               {repro_sql('cj.model', 'mc.name', 'rp.device', 'rp.backend')} AS repro
+               {repro_sql('cj.signature', 'cj.model', 'rp.device', 'rp.backend')} AS repro
         FROM run_pairs rp
         JOIN judgements cj ON cj.run_id = rp.run_id
         JOIN judgements bj ON bj.run_id = rp.previous_run_id AND bj.model_case_id = cj.model_case_id
@@ -249,6 +251,27 @@ REPORT_VIEWS = {
                r.t_ref, r.t_compile, r.t_exec,
                ifnull(r.t_ref, 0) + ifnull(r.t_compile, 0) + ifnull(r.t_exec, 0) AS t_total
         FROM results r LEFT JOIN cases c ON c.signature = r.signature""",
+    # Per run x op: what the compiler made of the op (inductor: generated code, extern kernels,
+    # ATen fallbacks; "none": views and copies only) — the RFC's "% of enabled OpFuncs".
+    "op_lowering": """
+        SELECT r.run_id, c.op, count(*) AS cases,
+               sum(r.lowering = 'generated') AS generated, sum(r.lowering = 'extern') AS extern,
+               sum(r.lowering = 'fallback') AS fallback, sum(r.lowering = 'mixed') AS mixed,
+               sum(r.lowering = 'none') AS no_kernel,
+               round(100.0 * sum(r.lowering = 'generated') / count(*), 1) AS generated_pct
+        FROM results r JOIN cases c ON c.signature = r.signature
+        WHERE r.lowering IS NOT NULL
+        GROUP BY r.run_id, c.op""",
+    # Per run: the cases that cannot catch a bug (the reference is all zeros or one value) and the
+    # cases the target never computed: neither proves anything about the target.
+    "unproven_cases": """
+        SELECT r.run_id, r.id AS result_id, r.signature, c.op, c.shapes AS inputs, c.dtype, r.outcome,
+               CASE WHEN r.outcome = 'not_exercised' THEN 'not exercised' ELSE 'vacuous: ' || r.vacuous END AS why,
+               r.reason,
+               (SELECT group_concat(model, ', ') FROM (SELECT DISTINCT mc.model FROM model_cases mc
+                 WHERE mc.signature = r.signature ORDER BY mc.model)) AS models
+        FROM results r LEFT JOIN cases c ON c.signature = r.signature
+        WHERE r.vacuous IS NOT NULL OR r.outcome = 'not_exercised'""",
     # Per run: verdict totals (the trend). Grouped by run, device and backend (the last two follow
     # from the run) so a filter on any of them reaches the counts.
     "run_pass_rates": f"""
@@ -268,6 +291,33 @@ REPORT_VIEWS = {
                (SELECT round(sum(r.t_compile), 6) FROM results r WHERE r.run_id = p.run_id) AS t_compile,
                (SELECT round(sum(r.t_exec), 6) FROM results r WHERE r.run_id = p.run_id) AS t_exec
         FROM run_pass_rates p""",
+    # What blocks what. A model is blocked by an op when any of its cases of that op fails in the
+    # run (failed, error, crashed, timeout, or xfailed: a known failure still blocks). Per run,
+    # model and op: the occurrences and how many fail (the model x op matrix).
+    "model_op_failures": """
+        SELECT vc.run_id, vc.model, vc.op, sum(vc.n) AS occurrences,
+               sum(vc.n * (vc.failing OR vc.verdict = 'xfail')) AS failing,
+               sum(vc.n * (vc.failing OR vc.verdict = 'xfail')) > 0 AS blocked
+        FROM verdict_counts vc
+        GROUP BY vc.run_id, vc.model, vc.op""",
+    # Per run and model: the ops it calls and the ops that block it.
+    "model_blockers": """
+        SELECT f.run_id, f.model, count(*) AS ops, sum(f.blocked) AS blocking_ops,
+               group_concat(CASE WHEN f.blocked THEN f.op END, ', ') AS blocked_by
+        FROM model_op_failures f
+        GROUP BY f.run_id, f.model""",
+    # Per run and op: the models it blocks (rank by models_blocked), the models that call it, and
+    # unblocks: the models it alone blocks (fixing it makes them pass every op).
+    "op_blocking": """
+        SELECT f.run_id, ru.device, ru.backend, f.op, sum(f.blocked) AS models_blocked, count(*) AS models,
+               sum(f.blocked AND mb.blocking_ops = 1) AS unblocks, sum(f.failing) AS failing,
+               sum(f.occurrences) AS occurrences,
+               group_concat(CASE WHEN f.blocked THEN f.model || ' (' || f.failing || '/' || f.occurrences || ')' END,
+                            ', ') AS blocked_models
+        FROM model_op_failures f
+        JOIN runs ru ON ru.id = f.run_id
+        JOIN model_blockers mb ON mb.run_id = f.run_id AND mb.model = f.model
+        GROUP BY f.run_id, f.op""",
 }
 
 
@@ -304,8 +354,7 @@ def m100_views(db):
     db["outcome_classes"].create(
         {"outcome": str, "verdict": str, "executed": int, "passed": int, "failing": int, "meaning": str},
         pk="outcome", replace=True)
-    db["outcome_classes"].insert_all(
-        [dict(zip(("outcome", "verdict", "executed", "passed", "failing", "meaning"), row)) for row in OUTCOME_CLASSES])
+    db["outcome_classes"].insert_all(outcomes.class_rows())
     db.execute("""CREATE TABLE IF NOT EXISTS judgement_counts (
         run_id INTEGER NOT NULL, model TEXT NOT NULL, op TEXT NOT NULL, outcome TEXT NOT NULL,
         n INTEGER NOT NULL, PRIMARY KEY (run_id, model, op, outcome)) WITHOUT ROWID""")
@@ -337,3 +386,65 @@ def m100_views(db):
 def m101_search(db):
     # Full-text search over case names and descriptions; triggers keep it in step with imports.
     db["model_cases"].enable_fts(["name", "description"], create_triggers=True, replace=True)
+
+
+@migrations()
+def m004_retired_occurrences(db):
+    # `casedb import --replace` retires an occurrence that runs have judged instead of deleting
+    # it: results and judgements keep their link (and its name and tolerance); listings and plans
+    # skip rows whose retired_at is set. Importing the name again clears it.
+    db["model_cases"].add_column("retired_at", str)
+
+
+@migrations()
+def m110_quoted_repro(db):
+    # The repro command names the case by signature prefix and shell-quotes every other word.
+    _create_views(db)
+
+
+@migrations()
+def m111_own_tolerances(db):
+    # model_cases.rtol/atol hold what the case itself sets; NULL lets casedb.numerics choose per
+    # compared dtype. Earlier imports stored the manifest default (or the dtype default) on
+    # every case: a value equal to what those defaults gave was not the case's own.
+    import json
+
+    from casedb.numerics import default_tolerance
+
+    models = {name: json.loads(defaults or "{}") for name, defaults in db.execute("SELECT name, defaults FROM models")}
+    rows = db.execute("SELECT id, model, dtype, rtol, atol FROM model_cases").fetchall()
+    for mcid, model, declared, rtol, atol in rows:
+        d = models.get(model) or {}
+        case_dtype = declared or d.get("dtype") or "float32"
+        want = (d.get("rtol", default_tolerance(case_dtype)[0]), d.get("atol", default_tolerance(case_dtype)[1]))
+        own = (None if rtol == want[0] else rtol, None if atol == want[1] else atol)
+        if own != (rtol, atol):
+            db.execute("UPDATE model_cases SET rtol = ?, atol = ? WHERE id = ?", [own[0], own[1], mcid])
+
+
+@migrations()
+def m112_judging(db):
+    # What a result was judged by and what it proves: the failure stage, the judge and where the
+    # tolerance came from, the errors in ULPs, whether the reference could catch a bug at all
+    # (vacuous), whether the target computed the op (exercised) and what inductor made of it.
+    for col, kind in (("stage", str), ("judge", str), ("tolerance", str), ("ulp_err", float),
+                      ("ref_ulp_err", float), ("vacuous", str), ("exercised", int), ("lowering", str)):
+        db["results"].add_column(col, kind)
+    db["judgements"].add_column("stage", str)
+    db["outcome_classes"].upsert_all(outcomes.class_rows(), pk="outcome")
+    _create_views(db)
+
+
+@migrations()
+def m120_blocking_views(db):
+    # What blocks what: model_op_failures, model_blockers and op_blocking (casedb report, Datasette).
+    _create_views(db)
+
+
+@migrations()
+def m121_triage(db):
+    # How each judgement reads under the triage files of its run (casedb.triage.verdict): known,
+    # new, regression, expected, unspecified, not_supported; and the entry that said so.
+    db["judgements"].add_column("triage", str)
+    db["judgements"].add_column("triage_where", str)
+    _create_views(db)

@@ -7,7 +7,7 @@
   ``torch.contiguous`` / ``torch.to`` / ``torch.float`` (a ``torch.<name>`` that is not a torch
   function is the Tensor method of that name);
 * Python operators: ``torch.getitem`` / ``torch.setitem`` / ``torch.invert`` (``operator.<name>``),
-  also written ``operator.getitem``;
+  also written ``operator.getitem`` or ``operator.__getitem__``;
 * operator overloads: ``torch.ops.aten.add.Tensor``, the packet ``torch.ops.aten.view``, any
   namespace (``torch.ops.mylib.op``), and trace spellings ``aten::add``, ``aten.add.Tensor``,
   ``mylib::op.default``.
@@ -219,7 +219,88 @@ def _aten_packet(base: str):
         return None
 
 
+class UnsafeOpError(UnknownOpError):
+    """The name resolves to something that is not a tensor operation (a file writer, a module
+    loader, ``os.system`` reached through ``torch.os``): casedb never calls it."""
+
+
+# Python operators a model applies to tensors (operator.<name>); attrgetter, methodcaller, call
+# and the like are not operations on values.
+OPERATOR_NAMES = frozenset("""abs add and_ concat contains delitem eq floordiv ge getitem gt iadd iand iconcat
+    ifloordiv ilshift imatmul imod imul index inv invert ior ipow irshift is_ is_not isub itruediv ixor le lshift
+    lt matmul mod mul ne neg not_ or_ pos pow rshift setitem sub truediv truth xor""".split())
+# torch functions outside torch.overrides' overridable set that real models call: factories,
+# dtype arithmetic and the context objects the RFC implementation's tracer records.
+EXTRA_TORCH_FUNCTIONS = frozenset("""arange as_strided as_tensor asarray bartlett_window blackman_window empty
+    empty_permuted empty_strided eye fill full hamming_window hann_window kaiser_window linspace logspace normal
+    ones rand rand_like randint randint_like randn randn_like randperm range scalar_tensor tensor tril_indices
+    triu_indices vander zeros promote_types result_type can_cast finfo iinfo device autocast no_grad enable_grad
+    inference_mode set_grad_enabled get_default_dtype is_grad_enabled is_autocast_enabled
+    nn.functional.grouped_mm nn.functional.scaled_mm nn.functional.scaled_grouped_mm nn.functional.hardsigmoid
+    nn.functional.hardswish nn.functional.sigmoid nn.functional.tanh nn.functional.upsample
+    nn.functional.upsample_bilinear nn.functional.upsample_nearest
+    amp.autocast_mode._enter_autocast amp.autocast_mode._exit_autocast""".split())
+# What is never called, whatever lists it: Tensor methods that take a callable or share memory,
+# and functions that reach files or process-wide settings.
+DENIED = frozenset("""apply_ map_ map2_ register_hook register_post_accumulate_grad_hook share_memory_ from_file
+    _cufft_set_plan_cache_max_size __reduce__ __reduce_ex__ __setstate__ __getstate__ __init_subclass__
+    __subclasshook__ __new__ __init__ __del__ __setattr__ __delattr__""".split())
+_ATEN_BINDINGS = ("_VariableFunctions", "_nn", "_linalg", "_fft", "_special", "_nested", "_sparse")
+
+
+@functools.lru_cache(maxsize=1)
+def _overridable() -> frozenset:
+    from torch.overrides import get_overridable_functions
+
+    return frozenset(f for fns in get_overridable_functions().values() for f in fns)
+
+
+def _is_aten_binding(fn, base: str) -> bool:
+    """A function torch generates for an ATen op (torch.abs, torch._grouped_mm, F.gelu ...)."""
+    for module in _ATEN_BINDINGS:
+        holder = getattr(torch._C, module, None)
+        if holder is not None and getattr(holder, base, None) is fn:
+            return True
+    return False
+
+
+def _check_allowed(name: str, fn, kind: str, base: str, path: str) -> None:
+    if kind in ("overload", "packet"):
+        return  # dispatcher operators (aten, prims, custom libraries a run imported)
+    if base in DENIED:
+        ok = False
+    elif kind == "operator":
+        ok = base in OPERATOR_NAMES or base in _OPERATOR_SHIMS
+    elif kind == "method":
+        ok = not base.startswith("_") or fn in _overridable()
+    else:
+        ok = fn in _overridable() or _is_aten_binding(fn, base) or path in EXTRA_TORCH_FUNCTIONS
+    if not ok:
+        raise UnsafeOpError(f"op {name!r} is not a tensor operation casedb runs: ops are torch functions and Tensor "
+                            "methods (those torch.overrides lists, torch's ATen bindings and factories), "
+                            "torch.ops operators and Python operators (operator.<name>)")
+
+
+def refuse_unsafe(name: str) -> None:
+    """Raise UnsafeOpError when ``name`` resolves to something casedb never calls (an import
+    checks this; a name that resolves to nothing yet may be a custom op a run registers)."""
+    try:
+        found = _lookup(name)
+    except UnsafeOpError:
+        raise
+    except UnknownOpError:
+        return
+    _check_allowed(name, *found)
+
+
 def _resolve(name: str) -> tuple[Callable, str, str]:
+    fn, kind, base, path = _lookup(name)
+    _check_allowed(name, fn, kind, base, path)
+    return fn, kind, base
+
+
+def _lookup(name: str) -> tuple[Callable, str, str, str]:
+    """(callable, kind, base name, path under torch) of an op name, unchecked."""
     if not isinstance(name, str) or not name.strip():
         raise UnknownOpError(f"op name must be a non-empty string, got {name!r}; forms: {FORMS}")
     try:
@@ -230,13 +311,16 @@ def _resolve(name: str) -> tuple[Callable, str, str]:
         ns, rest = n.split("::", 1)
         n = f"torch.ops.{ns}.{rest}"
     parts = n.split(".")
+    if any(p.startswith("__") for p in parts[:-1]) or any(p.startswith("_") for p in parts[1:-2]):
+        raise UnsafeOpError(f"op {name!r}: private attributes are not ops")
     if n.startswith("torch.ops."):
-        return _resolve_ops(name, parts[2:])
+        fn, kind, base = _resolve_ops(name, parts[2:])
+        return fn, kind, base, n
     if parts[0] in ("operator", "_operator") and len(parts) == 2:
         fn = _operator(parts[1])
         if fn is None:
             raise UnknownOpError(f"unknown op {name!r}: the operator module has no {parts[1]!r}")
-        return fn, "operator", parts[1]
+        return fn, "operator", _operator_name(parts[1]), n
     if parts[0] != "torch" or len(parts) < 2:
         raise UnknownOpError(f"unknown op {name!r}: ops are written {FORMS}")
     if parts[1] == "Tensor" and len(parts) == 3:
@@ -244,22 +328,22 @@ def _resolve(name: str) -> tuple[Callable, str, str]:
         if fn is None or not callable(fn):
             raise UnknownOpError(f"unknown op {name!r}: torch.Tensor has no method {parts[2]!r}"
                                  + _suggest(parts[2], dir(torch.Tensor)))
-        return fn, "method", parts[2]
+        return fn, "method", parts[2], n
     obj: Any = torch
     for p in parts[1:]:
         obj = getattr(obj, p, None)
         if obj is None:
             break
     if obj is not None and callable(obj):
-        return obj, "torch", parts[-1]
+        return obj, "torch", parts[-1], ".".join(parts[1:])
     if len(parts) == 2:
         short = parts[1]
         fn = getattr(torch.Tensor, short, None)
         if fn is not None and callable(fn):
-            return fn, "method", short
+            return fn, "method", short, n
         fn = _operator(short)
         if fn is not None:
-            return fn, "operator", short
+            return fn, "operator", _operator_name(short), n
         raise UnknownOpError(f"unknown op {name!r}: not a torch function, Tensor method or Python operator"
                              + _suggest(short, set(dir(torch)) | set(dir(torch.Tensor))))
     where = ".".join(parts[:-1])
@@ -267,7 +351,19 @@ def _resolve(name: str) -> tuple[Callable, str, str]:
                          + _suggest(parts[-1], _dir(where)))
 
 
+def _operator_name(short: str) -> str:
+    """``__getitem__`` -> ``getitem`` (the operator module's own name)."""
+    if short.startswith("__") and short.endswith("__") and len(short) > 4 and hasattr(operator, short[2:-2]):
+        return short[2:-2]
+    return short
+
+
 def _operator(short: str):
+    if short.startswith("__") and short.endswith("__") and len(short) > 4:
+        # operator.__getitem__ (the RFC implementation's spelling) is operator.getitem
+        plain = short[2:-2]
+        if getattr(operator, plain, None) is not None and getattr(operator, plain) is getattr(operator, short, None):
+            short = plain
     if short in _OPERATOR_SHIMS:
         return _OPERATOR_SHIMS[short]
     fn = getattr(operator, short, None)

@@ -12,10 +12,18 @@ and select with ``--model NAME`` (repeatable), ``-k`` (op names such as ``torch.
 filter (``not largedimtensor and not fp32operation and not bf16operation and not constant``)
 unless ``-m`` is given (``-m ""`` runs everything).
 
+Every option has a ``--casedb-…`` spelling; the RFC's plain spellings (``--model``,
+``--device``, ``--compile-backend``, ``--list-cases`` ...) are registered too, after the
+project's own conftest.py files are loaded, for each name nobody else owns (a project whose
+conftest defines ``--model`` keeps it, and selects casedb models with ``--casedb-model``).
+Run options come from :class:`casedb.runspec.RunSpec`.
+
 A session that runs model-op tests is recorded in the DB as a run, exactly as ``casedb run``
-records one (``casedb run`` *is* such a session): the controlling process writes each result as
-its report arrives, with pytest-xdist (``-n``) too. Heavy imports (torch) happen in the process
-that executes cases, on the first case.
+records one (``casedb run`` *is* such a session). Two objects do the work, as pytest-xdist
+splits it: the :class:`Controller` (the process that records the run; with ``-n``, xdist's
+controller) and the :class:`Worker` (the processes that collect and execute cases; with
+``-n``, each xdist worker). Without ``-n`` one process is both. Heavy imports (torch) happen in
+the process that executes cases, on the first case.
 """
 
 from __future__ import annotations
@@ -30,8 +38,8 @@ from pathlib import Path
 import pytest
 
 ARG = "casedb_case"
-TEST_NAME = "test_model_op"
-_STATE = pytest.StashKey["_Casedb"]()
+_CASES = pytest.StashKey["_Cases"]()
+_WORKER = pytest.StashKey["Worker"]()
 _MARK_GIVEN = pytest.StashKey[bool]()
 _NO_EXPR = "\0"  # --list-cases-by-mark without an expression
 
@@ -53,46 +61,104 @@ def pytest_addhooks(pluginmanager):
     pluginmanager.add_hookspecs(CasedbHooks)
 
 
+# ------------------------------------------------------------------------------------ options
+
+# (casedb spelling, RFC spelling or None, argparse keywords) of the plugin's own options, beside
+# the RunSpec ones: listing, the DB, and what casedb run hands its session.
+_PLUGIN_OPTIONS = (
+    ("--casedb-list-models", "--list-models", dict(action="store_true", help="List the models in the DB and exit.")),
+    ("--casedb-list-cases", "--list-cases",
+     dict(action="store_true", help="List cases as model::name::op (manifest path) and exit.")),
+    ("--casedb-list-cases-by-mark", "--list-cases-by-mark",
+     dict(nargs="?", const=_NO_EXPR, default=None, metavar="MARKEXPR",
+          help="List the cases a marker expression selects (default: -m, else the RFC's default filter) and exit.")),
+    ("--casedb-show-excluded", "--show-excluded",
+     dict(action="store_true", help="With --list-cases-by-mark: list the excluded cases instead.")),
+    ("--casedb-show-skipped", "--show-skipped",
+     dict(action="store_true", help="Summarize skipped model-op cases with their reasons.")),
+    ("--casedb-db", None, dict(default=None, metavar="PATH",
+                               help="Case DB (default: env CASEDB_DB, else data/casedb.sqlite).")),
+    ("--casedb-run-id", None, dict(type=int, default=None, metavar="ID",
+                                   help="Record into this run and skip what it already has (casedb run --resume).")),
+    ("--casedb-no-record", None, dict(action="store_true", help="Do not record this session as a run.")),
+    ("--casedb-worker-log-dir", None, dict(default=None, help="Send each xdist worker's stdout/stderr to a file here.")),
+)
+# RFC spellings waiting for the project's conftests to load: (flag, dest, keywords)
+_RFC_ALIASES: list[tuple[str, str, dict]] = []
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _spec_dest(name: str) -> str:
+    return "casedb_" + name
+
+
 def pytest_addoption(parser):
+    from casedb.runspec import negative, spec_fields
+
     g = parser.getgroup("casedb", "casedb: model operator cases from the case DB (RFC-0186)")
-    g.addoption("--model", action="append", default=[], metavar="NAME",
-                help="Run this model's cases (repeatable; gpt_oss = gpt-oss, case-insensitive).")
-    g.addoption("--all-models", action="store_true", help="Run every model's cases (default without --model: a smoke set).")
-    g.addoption("--dedupe", dest="casedb_dedupe", action="store_true", default=True,
-                help="Run each unique case once and judge it for every model that has it (default).")
-    g.addoption("--no-dedupe", dest="casedb_dedupe", action="store_false", help="Run every model occurrence.")
-    g.addoption("--list-models", action="store_true", help="List the models in the DB and exit.")
-    g.addoption("--list-cases", action="store_true", help="List cases as model::name::op (manifest path) and exit.")
-    g.addoption("--list-cases-by-mark", nargs="?", const=_NO_EXPR, default=None, metavar="MARKEXPR",
-                help="List the cases a marker expression selects (default: -m, else the RFC's default filter) and exit.")
-    g.addoption("--show-excluded", action="store_true", help="With --list-cases-by-mark: list the excluded cases instead.")
-    g.addoption("--show-skipped", action="store_true", help="Summarize skipped model-op cases with their reasons.")
-    g.addoption("--compile-backend", default=os.environ.get("TEST_COMPILE_BACKEND") or "inductor", metavar="NAME",
-                help="Dynamo backend for the target, or 'eager' for no compile (env TEST_COMPILE_BACKEND; default inductor).")
-    g.addoption("--device", default=None, metavar="DEVICE",
-                help="Target device (default: cuda when available, else cpu; any device torch knows).")
-    g.addoption("--no-device-replace", action="store_true",
-                help="Keep device strings recorded in cases (cuda:0) instead of using the target device.")
-    g.addoption("--casedb-db", default=None, metavar="PATH", help="Case DB (default: env CASEDB_DB, else data/casedb.sqlite).")
-    g.addoption("--casedb-import", action="append", default=[], metavar="MODULE",
-                help="Import this module (or .py file) before running cases, e.g. torch_spyre (repeatable).")
-    g.addoption("--casedb-reference-dtype", default=None, metavar="DTYPE",
-                help="Also compute an upcast reference in this dtype (float32/float64).")
-    g.addoption("--casedb-check-determinism", action="store_true", help="Run the target twice; require bit-identical output.")
-    g.addoption("--casedb-op", default=None, metavar="OP", help="Only cases of this op (exact or substring).")
-    g.addoption("--casedb-limit", type=int, default=None, metavar="N", help="Only the first N selected cases.")
-    g.addoption("--casedb-shard", default=None, metavar="I/N", help="Only slice I of N (stable, by signature).")
-    g.addoption("--casedb-run-id", type=int, default=None, metavar="ID",
-                help="Record into this run and skip what it already has (casedb run --resume uses this).")
-    g.addoption("--casedb-no-record", action="store_true", help="Do not record this session as a run.")
-    g.addoption("--casedb-threads", type=int, default=None, help="torch threads per process running cases.")
-    g.addoption("--casedb-worker-log-dir", default=None, help="Send each xdist worker's stdout/stderr to a file here.")
+    _RFC_ALIASES.clear()
+
+    def add(flag, rfc, **kw):
+        g.addoption(flag, **kw)
+        if rfc:
+            _RFC_ALIASES.append((rfc, kw["dest"], kw))
+
+    for f, flag in spec_fields():
+        if not flag.pytest:
+            continue
+        dest = _spec_dest(f.name)
+        default = f.default if not callable(f.default_factory) else f.default_factory()
+        if isinstance(default, bool):
+            on, off = flag.pytest, negative(flag.pytest)
+            if default:
+                add(on, flag.rfc, dest=dest, action="store_true", default=True, help=argparse_help(flag.help))
+                add(off, flag.rfc and negative(flag.rfc), dest=dest, action="store_false", help="(turns it off)")
+            else:
+                add(on, flag.rfc, dest=dest, action="store_true", default=False, help=argparse_help(flag.help))
+        elif isinstance(default, list):
+            add(flag.pytest, flag.rfc, dest=dest, action="append", default=[], metavar=flag.metavar,
+                help=argparse_help(flag.help))
+        else:
+            kind = {"int | None": int, "int": int}.get(f.type, None)
+            kw = dict(dest=dest, default=default, metavar=flag.metavar, help=argparse_help(flag.help))
+            if kind:
+                kw["type"] = kind
+            if flag.choices:
+                kw["choices"] = flag.choices
+            add(flag.pytest, flag.rfc, **kw)
+    for flag, rfc, kw in _PLUGIN_OPTIONS:
+        add(flag, rfc, dest=_dest(flag), **kw)
 
 
+def argparse_help(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+def _option_names(parser) -> set:
+    names = set()
+    for group in [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", [])]:
+        for option in getattr(group, "options", ()):
+            names.update(option.names())
+    return names
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     # -m "" lifts the default filter, so "no -m at all" must be told apart from it; args here
     # include ini addopts and PYTEST_ADDOPTS.
     early_config.stash[_MARK_GIVEN] = _has_markexpr(args)
+    result = yield
+    # The project's conftests are loaded: give casedb the RFC spellings nobody else took.
+    taken = _option_names(parser)
+    group = parser.getgroup("casedb")
+    for flag, dest, kw in _RFC_ALIASES:
+        if flag not in taken:
+            group.addoption(flag, **{**kw, "dest": dest})
+            taken.add(flag)
+    return result
 
 
 def _has_markexpr(args) -> bool:
@@ -105,30 +171,50 @@ def _has_markexpr(args) -> bool:
     return False
 
 
+def spec_from_config(config):
+    """This session's RunSpec, from its options."""
+    from casedb.runspec import RunSpec, spec_fields
+
+    opt = config.option
+    values = {f.name: getattr(opt, _spec_dest(f.name)) for f, flag in spec_fields() if flag.pytest}
+    values["keyword"] = getattr(opt, "keyword", None) or None
+    values["markexpr"] = opt.markexpr if config.stash.get(_MARK_GIVEN, False) else None
+    values["jobs"] = int(getattr(opt, "numprocesses", None) or 0)
+    values["timeout"] = float(getattr(opt, "timeout", None) or 0)
+    values["fail_fast"] = getattr(opt, "maxfail", 0) == 1
+    return RunSpec(**values)
+
+
+# ------------------------------------------------------------------------------------ session
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     from casedb import marks as marks_mod
 
     for name, doc in marks_mod.DERIVED.items():
         config.addinivalue_line("markers", f"{name}: {doc} (casedb derived mark)")
-    worker = getattr(config, "workerinput", None)
-    if worker is not None and config.option.casedb_worker_log_dir:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and config.option.casedb_worker_log_dir:
         # before pytest's faulthandler copies fd 2: a crash's own report lands in this file,
         # where the controller reads it for the crashed result
-        path = Path(config.option.casedb_worker_log_dir) / f"{worker['workerid']}.log"
+        path = Path(config.option.casedb_worker_log_dir) / f"{workerinput['workerid']}.log"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    state = _Casedb(config)
-    config.stash[_STATE] = state
-    config.pluginmanager.register(state, "casedb-session")
+    cases = _Cases(config)
+    config.stash[_CASES] = cases
+    if workerinput is None:
+        config.pluginmanager.register(Controller(cases), "casedb-controller")
+    if not _xdist_controller(config):
+        worker = Worker(cases)
+        config.stash[_WORKER] = worker
+        config.pluginmanager.register(worker, "casedb-worker")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    opt = config.option
-    if not (opt.list_models or opt.list_cases or opt.list_cases_by_mark is not None):
+    if not _listing_only(config):
         return None
     from casedb.errors import CasedbError
 
@@ -141,40 +227,43 @@ def pytest_cmdline_main(config):
 
 
 def _db_arg(config) -> str | None:
-    return config.option.casedb_db or os.environ.get("CASEDB_DB") or None
+    return config.option.casedb_db
 
 
 def _listing(config) -> None:
     from casedb import marks as marks_mod
-    from casedb.runner import model_mark
+    from casedb.plan import model_mark
     from casedb.store import open_store
 
     opt = config.option
+    models = opt.casedb_models or None
+    by_mark = opt.casedb_list_cases_by_mark
     with open_store(_db_arg(config)) as store:
-        if opt.list_models:
+        if opt.casedb_list_models:
             for m in store.models():
                 print(f"{m['name']}: {m['cases']} cases ({m['unique_cases']} unique), {m['ops']} ops"
                       f"{' — ' + m['source'] if m['source'] else ''}  [-m {model_mark(m['name'])}]")
-        rows = store.occurrences(opt.model or None) if (opt.list_cases or opt.list_cases_by_mark is not None) else []
-    if opt.list_cases:
+        rows = store.occurrences(models) if (opt.casedb_list_cases or by_mark is not None) else []
+    if opt.casedb_list_cases:
         for r in rows:
             print(f"{r['model']}::{r['name']}::{r['op']} ({_manifest_path(r['source'])})")
-    if opt.list_cases_by_mark is not None:
-        expr = opt.list_cases_by_mark
+    if by_mark is not None:
+        expr = by_mark
         if expr == _NO_EXPR:
             expr = opt.markexpr if config.stash.get(_MARK_GIVEN, False) else marks_mod.DEFAULT_EXCLUDE
         matcher = marks_mod.MarkExpression(expr)
-        picked = [r for r in rows if matcher.matches(list(r["marks"]) + [model_mark(r["model"])]) != opt.show_excluded]
-        what = "excluded by" if opt.show_excluded else "selected by"
+        excluded = opt.casedb_show_excluded
+        picked = [r for r in rows if matcher.matches(list(r["marks"]) + [model_mark(r["model"])]) != excluded]
+        what = "excluded by" if excluded else "selected by"
         print(f"cases {what} -m {expr!r}:")
         for r in picked:
             print(f"{r['model']}::{r['name']}::{r['op']} [{', '.join(r['marks'])}]")
-        by_mark: dict[str, int] = {}
+        counts: dict[str, int] = {}
         for r in picked:
             for m in r["marks"] or ["(no marks)"]:
-                by_mark[m] = by_mark.get(m, 0) + 1
+                counts[m] = counts.get(m, 0) + 1
         print(f"{len(picked)} of {len(rows)} cases {what} -m {expr!r}"
-              + (" (" + ", ".join(f"{m}: {n}" for m, n in sorted(by_mark.items())) + ")" if by_mark else ""))
+              + (" (" + ", ".join(f"{m}: {n}" for m, n in sorted(counts.items())) + ")" if counts else ""))
 
 
 def _manifest_path(source: str | None) -> str:
@@ -183,103 +272,96 @@ def _manifest_path(source: str | None) -> str:
     return re.sub(r":\d+$", "", source)
 
 
-def _param_id(nodeid: str) -> str | None:
-    name = nodeid.rsplit("::", 1)[-1]
-    if not name.startswith(TEST_NAME + "[") or not name.endswith("]"):
-        return None
-    return name[len(TEST_NAME) + 1:-1]
-
-
-class _Casedb:
-    """Per-session state: the plan (every process), execution (processes that run cases) and
-    recording (the controlling process)."""
+class _Cases:
+    """What every process of the session shares: the spec, the DB and the plan (built lazily)."""
 
     def __init__(self, config):
         self.config = config
         self.workerinput = getattr(config, "workerinput", None)
-        self.is_worker = self.workerinput is not None
-        opt = config.option
         shared = (self.workerinput or {}).get("casedb", {})
         self._db_path = shared.get("db")
-        self.upto = tuple(shared["upto"]) if shared.get("upto") else None
-        self.mark_given = config.stash.get(_MARK_GIVEN, False)
-        self.models = list(opt.model or [])
-        self.dedupe = opt.casedb_dedupe
-        self.smoke = not self.models and not opt.all_models
-        self.run_id = opt.casedb_run_id
+        self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
+        self.spec = spec_from_config(config)
+        if not self.spec.triage:  # the project's triage/*.yaml, as casedb run finds them
+            from casedb.triage import default_paths
+
+            # (the invocation directory, not rootdir: pytest's rootdir follows path-like option values)
+            self.spec.triage = [str(p.resolve()) for p in default_paths(Path(config.invocation_params.dir))]
+        self.smoke = not self.spec.models and not self.spec.all_models
+        self.run_id = config.option.casedb_run_id
         self._plan = None
         self._by_id = None
-        self._marks: dict = {}
-        self._target = None
-        self._target_error = None
-        self._store = None
-        # controller
-        self.conn = None
-        self.recorder = None
-        self.recorded: set = set()
-        self.started: dict[str, float] = {}
-        self.selected: list[str] | None = None
-        self.fatal: str | None = None
-        self.skips: list[tuple[str, str]] = []
-        self.counts: dict[str, int] = {}
-        if not self.is_worker and self.run_id is not None:
-            self._attach_run()
-        if not self.is_worker and self.models and not _listing_only(config):
-            self._check_db()
 
-    # ---------------------------------------------------------------------------- database
     @property
     def db_path(self) -> str:
         # absolute: every process of the session (xdist workers too) opens the same file;
         # resolved on first use, so sessions without model-op tests never import the store
         if self._db_path is None:
-            from casedb.store import DEFAULT_DB
+            from casedb.store import db_path
 
-            self._db_path = str(Path(_db_arg(self.config) or DEFAULT_DB).resolve())
+            self._db_path = str(db_path(_db_arg(self.config)).resolve())
         return self._db_path
-
-    def _check_db(self) -> None:
-        # Opening here (controller, before workers start) creates and seeds a new default DB
-        # once, and turns an unknown --model into a usage error.
-        from casedb.errors import CasedbError
-        from casedb.store import open_store
-
-        try:
-            with _db_lock(self.db_path), open_store(self.db_path) as store:
-                for m in self.models:
-                    store.model(m)
-        except CasedbError as e:
-            raise pytest.UsageError(str(e)) from None
-
-    def store(self):
-        if self._store is None:
-            from casedb.store import Store
-
-            self._store = Store(self.db_path)
-        return self._store
 
     def plan(self):
         if self._plan is None:
             from casedb.errors import CasedbError
-            from casedb.runner import build_plan
+            from casedb.plan import build_plan
             from casedb.store import open_store
 
             try:
                 with _db_lock(self.db_path), open_store(self.db_path) as store:
-                    self._plan = build_plan(store, self.models or None, dedupe=self.dedupe, smoke=self.smoke)
+                    self._plan = build_plan(store, self.spec.models or None, dedupe=self.spec.dedupe, smoke=self.smoke)
             except CasedbError as e:
                 raise pytest.UsageError(str(e)) from None
             self._by_id = {it.id: it for it in self._plan}
         return self._plan
 
     def item_for(self, nodeid: str):
-        pid = _param_id(nodeid)
+        from casedb.plan import param_id
+
+        pid = param_id(nodeid)
         if pid is None:
             return None
         self.plan()
         return self._by_id.get(pid)
 
-    # ------------------------------------------------------------------------- collection
+
+class Worker:
+    """Collects the model-op tests and executes cases (an xdist worker, or the only process)."""
+
+    def __init__(self, cases: _Cases):
+        self.cases = cases
+        self.config = cases.config
+        self._marks: dict = {}
+        self._target = None
+        self._target_error = None
+        self._store = None
+        self._triage = None
+
+    @property
+    def triage(self):
+        """The run's triage files (casedb.triage.Triage), or None without any."""
+        if self._triage is None and self.cases.spec.triage:
+            from casedb import triage
+            from casedb.errors import CasedbError
+
+            try:
+                self._triage = triage.load(self.cases.spec.triage)
+            except CasedbError as e:
+                raise pytest.UsageError(str(e)) from None
+        return self._triage
+
+    def rules(self) -> list:
+        """Tolerance rules of the run's triage files for this target."""
+        return self.triage.rules(arch=self.target().arch) if self.triage else []
+
+    def store(self):
+        if self._store is None:
+            from casedb.store import Store
+
+            self._store = Store(self.cases.db_path)
+        return self._store
+
     def _mark(self, name: str):
         mark = self._marks.get(name)
         if mark is None:
@@ -295,10 +377,10 @@ class _Casedb:
     def pytest_generate_tests(self, metafunc):
         if ARG not in metafunc.fixturenames:
             return
-        from casedb.runner import model_mark
+        from casedb.plan import model_mark
 
         params = []
-        for it in self.plan():
+        for it in self.cases.plan():
             names = list(it.marks) + [model_mark(m) for m in it.models]
             params.append(pytest.param(it, id=it.id, marks=[self._mark(n) for n in names]))
         metafunc.parametrize(ARG, params)
@@ -315,19 +397,21 @@ class _Casedb:
             return
         from casedb import marks as marks_mod
         from casedb.errors import CasedbError
-        from casedb.runner import done_keys, in_shard, op_matches, parse_shard, connect
+        from casedb.history import connect, done_keys
+        from casedb.plan import in_shard, op_matches
+        from casedb.runspec import parse_shard
 
-        opt = config.option
+        spec = self.cases.spec
         try:
-            shard = parse_shard(opt.casedb_shard)
+            shard = parse_shard(spec.shard)
         except CasedbError as e:
             raise pytest.UsageError(str(e)) from None
-        default = None if self.mark_given else marks_mod.MarkExpression(marks_mod.DEFAULT_EXCLUDE)
+        default = None if spec.markexpr is not None else marks_mod.MarkExpression(marks_mod.DEFAULT_EXCLUDE)
         done = set()
-        if self.run_id is not None:
-            conn = connect(self.db_path)
+        if self.cases.run_id is not None:
+            conn = connect(self.cases.db_path)
             try:
-                done = done_keys(conn, self.run_id, dedupe=self.dedupe, upto=self.upto)
+                done = done_keys(conn, self.cases.run_id, dedupe=spec.dedupe, upto=self.cases.upto)
             finally:
                 conn.close()
         keep, drop, taken = [], [], 0
@@ -336,10 +420,10 @@ class _Casedb:
             if it is None:
                 keep.append(item)
                 continue
-            ok = ((default is None or default.matches(it.marks)) and op_matches(it.op, opt.casedb_op)
-                  and in_shard(it.signature, shard))
-            if ok and opt.casedb_limit is not None:
-                ok = taken < opt.casedb_limit
+            ok = ((default is None or default.matches(it.marks)) and op_matches(it.op, spec.op)
+                  and in_shard(it.signature, shard) and self._triaged(item, it))
+            if ok and spec.limit is not None:
+                ok = taken < spec.limit
                 taken += ok
             if ok and it.key in done:
                 ok = False
@@ -348,20 +432,21 @@ class _Casedb:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
 
-    # ---------------------------------------------------------------- controller: the run
-    def _attach_run(self) -> None:
-        from casedb.runner import connect, get_run, high_water
+    def _triaged(self, item, it) -> bool:
+        """Apply the triage files at collection: False when every occurrence is excluded; an
+        entry's timeout becomes the test's."""
+        if self.triage is None:
+            return True
+        from casedb.target import triage_case, triage_target
 
-        conn = connect(self.db_path)
-        try:
-            get_run(conn, self.run_id)
-            # what the run had before this session: every process skips exactly that
-            self.upto = high_water(conn, self.run_id)
-        finally:
-            conn.close()
-
-    def pytest_configure_node(self, node):
-        node.workerinput["casedb"] = {"db": self.db_path, "upto": list(self.upto) if self.upto else None}
+        where = triage_target(self.target())
+        entries = [self.triage.entry_for(triage_case(it, occ), where) for occ in it.occurrences]
+        if entries and all(e is not None and e.status == "exclude" for e in entries):
+            return False
+        timeouts = [e.timeout for e in entries if e is not None and e.timeout]
+        if timeouts:
+            item.add_marker(pytest.mark.timeout(max(timeouts)))
+        return True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session):
@@ -369,13 +454,85 @@ class _Casedb:
             # import torch and the --import modules now (in a worker: before it reports its
             # collection), so the first case's time and its --timeout are its own; an unusable
             # target is reported by the first case
-            from casedb.runner import TargetError
+            from casedb.target import TargetError
 
             try:
                 self.target()
             except TargetError:
                 pass
-        if not _xdist_controller(self.config) and not self.is_worker:
+
+    def target(self):
+        """The prepared target of this process (imports done, device resolved), or raises."""
+        from casedb.target import Target, TargetError, prepare_target
+
+        if self._target_error is not None:
+            raise TargetError(self._target_error)
+        if self._target is None:
+            try:
+                self._target = prepare_target(Target.from_spec(self.cases.spec))
+            except TargetError as e:
+                self._target_error = str(e)
+                raise
+        return self._target
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self._store is not None:
+            self._store.close()
+
+
+class Controller:
+    """Records the session as a run (xdist's controller, or the only process): starts or reopens
+    the run, stores each case's payload as its report arrives, closes the run."""
+
+    def __init__(self, cases: _Cases):
+        self.cases = cases
+        self.config = cases.config
+        self.conn = None
+        self.recorder = None
+        self.recorded: set = set()
+        self.started: dict[str, float] = {}
+        self.selected: list[str] | None = None
+        self.fatal: str | None = None
+        self.skips: list[tuple[str, str]] = []
+        self.summary = None
+        if cases.run_id is not None:
+            self._attach_run()
+        if cases.spec.models and not _listing_only(self.config):
+            self._check_db()
+
+    def _check_db(self) -> None:
+        # Opening here (before workers start) creates and seeds a new default DB once, and turns
+        # an unknown --model or a bad option into a usage error.
+        from casedb import triage
+        from casedb.errors import CasedbError
+        from casedb.store import open_store
+
+        try:
+            self.cases.spec.validate()
+            with _db_lock(self.cases.db_path), open_store(self.cases.db_path) as store:
+                for m in self.cases.spec.models:
+                    store.model(m)
+                triage.require_clean(self.cases.spec.triage, store)
+        except CasedbError as e:
+            raise pytest.UsageError(str(e)) from None
+
+    def _attach_run(self) -> None:
+        from casedb.history import connect, get_run, high_water
+
+        conn = connect(self.cases.db_path)
+        try:
+            get_run(conn, self.cases.run_id)
+            # what the run had before this session: every process skips exactly that
+            self.cases.upto = high_water(conn, self.cases.run_id)
+        finally:
+            conn.close()
+
+    def pytest_configure_node(self, node):
+        node.workerinput["casedb"] = {"db": self.cases.db_path, "upto": list(self.cases.upto) if self.cases.upto else None}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        if not _xdist_controller(self.config):
             self._selected([item.nodeid for item in session.items])
 
     def pytest_xdist_node_collection_finished(self, node, ids):
@@ -383,60 +540,54 @@ class _Casedb:
             self._selected(list(ids))
 
     def _selected(self, nodeids: list[str]) -> None:
-        self.selected = nodeids
-        if self.run_id is None and not any(_param_id(n) is not None for n in nodeids):
+        from casedb.plan import param_id
+
+        self.selected = [n for n in nodeids if param_id(n) is not None]
+        if self.cases.run_id is None and not self.selected:
             return  # a session without model-op tests records nothing
-        from casedb.runner import Recorder, connect, start_run, update_selection
+        from casedb import history
+        from casedb.runspec import SELECTION_VERSION
 
-        items = [it for it in (self.item_for(n) for n in nodeids) if it is not None]
+        items = [it for it in (self.cases.item_for(n) for n in self.selected) if it is not None]
         opt = self.config.option
-        if opt.collectonly or opt.casedb_no_record or (not items and self.run_id is None):
+        if opt.collectonly or opt.casedb_no_record or (not items and self.cases.run_id is None):
             return
+        dedupe = self.cases.spec.dedupe
         figures = {"cases": len(items), "occurrences": sum(len(it.occurrences) for it in items),
-                   "available": len(self.plan())}
-        figures["duplicates_skipped"] = figures["occurrences"] - figures["cases"] if self.dedupe else 0
-        self.conn = connect(self.db_path)
-        if self.run_id is None:
-            self.run_id = start_run(self.conn, selection={"options": self._options(), "source": "pytest"},
-                                    args=[str(a) for a in self.config.invocation_params.args],
-                                    device=opt.device, backend=opt.compile_backend)
-            sel = update_selection(self.conn, self.run_id, planned=figures, pid=os.getpid())
+                   "available": len(self.cases.plan())}
+        figures["duplicates_skipped"] = figures["occurrences"] - figures["cases"] if dedupe else 0
+        self.conn = history.connect(self.cases.db_path)
+        if self.cases.run_id is None:
+            self.cases.run_id = history.start_run(
+                self.conn, selection={"version": SELECTION_VERSION, "options": self.cases.spec.selection(),
+                                      "source": "pytest"},
+                args=[str(a) for a in self.config.invocation_params.args],
+                device=self.cases.spec.device, backend=self.cases.spec.backend)
+            history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid())
         else:
-            from casedb.runner import get_run
-
-            sel = get_run(self.conn, self.run_id)["selection"]
+            sel = history.get_run(self.conn, self.cases.run_id)["selection"]
             changes = {"pid": os.getpid()}
             if sel.get("planned") is None:
                 changes["planned"] = figures
             else:
                 changes["remaining"] = figures
-            sel = update_selection(self.conn, self.run_id, **changes)
-        self.recorder = Recorder(self.conn, self.run_id)
+            history.update_selection(self.conn, self.cases.run_id, **changes)
+        self.recorder = history.Recorder(self.conn, self.cases.run_id)
         self.loop_started = self.loop_last = time.monotonic()
         self.config.hook.pytest_casedb_planned(config=self.config, total=len(items),
-                                               figures={**figures, "run_id": self.run_id})
-
-    def _options(self) -> dict:
-        """This session's selection in casedb run's terms (so --resume can redo it)."""
-        opt = self.config.option
-        return {"models": self.models, "dedupe": self.dedupe, "keyword": opt.keyword or None,
-                "markexpr": opt.markexpr if self.mark_given else None, "op": opt.casedb_op,
-                "limit": opt.casedb_limit, "shard": opt.casedb_shard, "device": opt.device,
-                "backend": opt.compile_backend, "imports": list(opt.casedb_import),
-                "reference_dtype": opt.casedb_reference_dtype, "check_determinism": opt.casedb_check_determinism,
-                "replace_device": not opt.no_device_replace, "all_models": bool(opt.all_models)}
+                                               figures={**figures, "run_id": self.cases.run_id})
 
     def pytest_runtest_logstart(self, nodeid, location):
         if self.recorder is not None:
             self.started[nodeid] = time.monotonic()
 
     def pytest_runtest_logreport(self, report):
-        if self.is_worker or self.recorder is None:
+        if self.recorder is None:
             return
-        it = self.item_for(report.nodeid)
+        it = self.cases.item_for(report.nodeid)
         if it is None or it.key in self.recorded:
             return
-        from casedb.runner import lost_payload
+        from casedb.target import lost_payload
 
         payload = _payload(report)
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
@@ -462,7 +613,6 @@ class _Casedb:
             self.loop_last = time.monotonic()
             self.recorded.add(it.key)
             outcome = payload["outcome"]
-            self.counts[outcome] = self.counts.get(outcome, 0) + 1
             if outcome == "skipped":
                 self.skips.append((it.id, payload["reason"]))
             else:
@@ -480,7 +630,7 @@ class _Casedb:
 
     def _lost(self, it, report, worker):
         """A report without casedb's payload: a crash, a timeout, or an error outside the core."""
-        from casedb.runner import lost_payload
+        from casedb.target import lost_payload
 
         text = _longrepr(report)
         limit = self._timeout()
@@ -499,86 +649,77 @@ class _Casedb:
         return lost_payload(it, "error", _first_line(text) or "failed without a result", text)
 
     def _worker_log_tail(self, worker) -> str | None:
-        from casedb.runner import TAIL
-
         log_dir = self.config.option.casedb_worker_log_dir
         if not log_dir or not worker:
             return None
         path = Path(log_dir) / f"{worker}.log"
         try:
-            text = path.read_bytes()[-16 * TAIL:].decode("utf-8", errors="replace")
+            text = path.read_bytes()[-16 * _TAIL:].decode("utf-8", errors="replace")
         except OSError:
             return None
         # from the death notice on (faulthandler's "Fatal Python error: ..." and its stack)
         at = max(text.rfind("Fatal Python error"), text.rfind("+++++ Timeout"))
-        return text[at:at + TAIL] if at >= 0 else text[-TAIL:]
+        return text[at:at + _TAIL] if at >= 0 else text[-_TAIL:]
+
+    def _unrecorded(self) -> list[str]:
+        """Selected model-op tests this session has no recorded result for."""
+        missing = []
+        for nodeid in self.selected or []:
+            it = self.cases.item_for(nodeid)
+            if it is None or it.key not in self.recorded:
+                missing.append(nodeid)
+        return missing
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if self.is_worker:
-            if self._store is not None:
-                self._store.close()
-            return
+        from casedb import history
+
         # a session pytest could not complete (collection errors, Ctrl-C) leaves the run resumable
         broken = int(exitstatus) not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
         if self.recorder is None:
-            if self.run_id is not None and not self.config.option.collectonly:
+            if self.cases.run_id is not None and not self.config.option.collectonly:
                 # casedb run made the run row, and nothing was run: close it
-                from casedb.runner import connect, finish_run
-
-                conn = connect(self.db_path)
+                conn = history.connect(self.cases.db_path)
                 try:
-                    finish_run(conn, self.run_id, "interrupted" if self.fatal or broken else "finished",
-                               error=self.fatal)
+                    history.finish_run(conn, self.cases.run_id, "interrupted" if self.fatal or broken else "finished",
+                                       fatal=self.fatal)
                 finally:
                     conn.close()
             return
-        from casedb.runner import finish_run
-
-        planned = len([n for n in (self.selected or []) if self.item_for(n) is not None])
-        complete = len(self.recorded) >= planned and not self.fatal and not broken
+        missing = self._unrecorded()
+        error = None
+        if missing and not (broken or self.fatal or session.shouldstop or session.shouldfail):
+            # every planned case must have its row: never report success over a lost result
+            error = (f"{len(missing)} of {len(self.selected)} selected cases have no recorded result "
+                     f"(e.g. {', '.join(missing[:3])})")
+        complete = not missing and not self.fatal and not broken
         # this session's run loop: from the cases being ready to run to the last one recorded
         session_figures = {"cases": len(self.recorded), "loop_s": round(self.loop_last - self.loop_started, 4)}
-        self.summary = finish_run(self.conn, self.run_id, "finished" if complete else "interrupted", error=self.fatal,
-                                  session=session_figures)
+        self.summary = history.finish_run(self.conn, self.cases.run_id, "finished" if complete else "interrupted",
+                                          error=error, fatal=self.fatal, session=session_figures)
         self.conn.close()
         self.conn = None
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
-        if self.is_worker:
-            return
-        if config.option.show_skipped and self.skips:
+        if config.option.casedb_show_skipped and self.skips:
             terminalreporter.section("casedb: skipped cases")
             for tid, reason in self.skips:
                 terminalreporter.line(f"SKIPPED {tid}: {reason}")
-        summary = getattr(self, "summary", None)
+        summary = self.summary
         if summary is not None:
-            parts = [f"{summary[k]} {k}" for k in ("passed", "failed", "errors", "crashed", "timeouts", "xfailed",
-                                                   "xpassed", "ref_errors", "skipped") if summary.get(k)]
-            terminalreporter.line(f"casedb: run {self.run_id} recorded in {self.db_path}: {summary['executed']} executed, "
-                                  f"{summary['duplicates_skipped']} duplicates skipped; {', '.join(parts) or 'nothing run'}")
+            from casedb import outcomes
+
+            keys = [outcomes.COUNT_KEYS[name] for name in outcomes.SHOWN]
+            parts = [f"{summary[k]} {k}" for k in keys if summary.get(k)]
+            terminalreporter.line(f"casedb: run {self.cases.run_id} recorded in {self.cases.db_path}: "
+                                  f"{summary['executed']} executed, {summary['duplicates_skipped']} duplicates skipped; "
+                                  f"{', '.join(parts) or 'nothing run'}")
+            if summary.get("error") and not self.fatal:
+                terminalreporter.line(f"casedb: run {self.cases.run_id} not complete: {summary['error']}", red=True)
         if self.fatal:
             terminalreporter.line(f"casedb: stopped: {self.fatal}", red=True)
 
-    # ------------------------------------------------------------ processes running cases
-    def target(self):
-        """The prepared target of this process (imports done, device resolved), or raises."""
-        from casedb.runner import Target, TargetError, prepare_target
 
-        if self._target_error is not None:
-            raise TargetError(self._target_error)
-        if self._target is None:
-            opt = self.config.option
-            target = Target(device=opt.device, backend=opt.compile_backend,
-                            reference_dtype=opt.casedb_reference_dtype,
-                            check_determinism=opt.casedb_check_determinism,
-                            replace_device=not opt.no_device_replace, imports=tuple(opt.casedb_import),
-                            threads=opt.casedb_threads)
-            try:
-                self._target = prepare_target(target)
-            except TargetError as e:
-                self._target_error = str(e)
-                raise
-        return self._target
+_TAIL = 4000
 
 
 @contextlib.contextmanager
@@ -607,7 +748,7 @@ def _xdist_controller(config) -> bool:
 
 def _listing_only(config) -> bool:
     opt = config.option
-    return bool(opt.list_models or opt.list_cases or opt.list_cases_by_mark is not None)
+    return bool(opt.casedb_list_models or opt.casedb_list_cases or opt.casedb_list_cases_by_mark is not None)
 
 
 def _item_param(item):
@@ -657,16 +798,17 @@ def _crash_line(tail: str | None) -> str | None:
 
 def test_model_op(casedb_case, request):
     """One operator case from the casedb DB: the CPU eager reference vs --device / --compile-backend."""
-    from casedb.runner import UNEXPECTED, TargetError, execute_item, failure_message
+    from casedb.outcomes import UNEXPECTED
+    from casedb.target import TargetError, execute_item, failure_message
 
-    state = request.config.stash[_STATE]
+    worker = request.config.stash[_WORKER]
     try:
-        target = state.target()
+        target = worker.target()
     except TargetError as e:
         request.node.user_properties.append(("casedb", json.dumps({"fatal": str(e)})))
         request.session.shouldstop = f"casedb: {e}"
         pytest.fail(str(e), pytrace=False)
-    payload = execute_item(casedb_case, target, state.store().load_blob)
+    payload = execute_item(casedb_case, target, worker.store().load_blob, rules=worker.rules(), triage=worker.triage)
     request.node.user_properties.append(("casedb", json.dumps(payload, default=str)))
     outcome = payload["outcome"]
     if outcome in UNEXPECTED:

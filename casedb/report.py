@@ -18,15 +18,16 @@ DEFAULT_TREND = 5
 DEFAULT_LIMIT = 20
 
 _MODEL_COLS = ("model", "occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-               "ref_errors", "pass_rate", "ops", "ops_passing", "ops_pass_rate")
+               "ref_errors", "not_exercised", "pass_rate", "ops", "ops_passing", "ops_pass_rate")
 _OP_COLS = ("op", "occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
             "ref_errors", "pass_rate", "models")
-_VERDICT_COLS = ("model", "case_name", "op", "inputs", "dtype", "outcome", "reason", "error_type", "error_message",
+_VERDICT_COLS = ("model", "case_name", "op", "inputs", "dtype", "outcome", "stage", "reason", "error_type", "error_message",
                  "max_abs_err", "rtol", "atol", "repro")
 _CHANGE_COLS = ("model", "case_name", "op", "inputs", "dtype", "base_outcome", "outcome", "base_max_abs_err",
                 "max_abs_err", "err_growth", "error_type", "error_message", "rtol", "atol", "repro")
+_BLOCKING_COLS = ("op", "models_blocked", "models", "unblocks", "failing", "occurrences", "blocked_models")
 _TOTAL_COLS = ("occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-               "ref_errors", "pass_rate")
+               "ref_errors", "not_exercised", "pass_rate")
 
 
 def _rows(db, sql: str, params: Iterable[Any] = ()) -> list[dict]:
@@ -111,6 +112,22 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     # tt-xla's triage rule: a case marked xfail that passes should lose its mark.
     report["remove_xfail"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
                                        " AND outcome = 'xpassed' ORDER BY model, op, case_name", [run_id])
+    # What proves nothing: cases the target never computed, and cases whose reference a
+    # trivial target (all zeros, one value) would match.
+    report["unproven"] = _rows(db, "SELECT op, inputs, dtype, outcome, why, reason, models FROM unproven_cases"
+                                   " WHERE run_id = ? ORDER BY why, op, inputs", [run_id])
+    report["vacuous"] = sum(1 for r in report["unproven"] if r["why"].startswith("vacuous"))
+    report["lowering"] = _rows(db, "SELECT op, cases, generated, extern, fallback, mixed, no_kernel, generated_pct"
+                                   " FROM op_lowering WHERE run_id = ? ORDER BY generated_pct, op", [run_id])
+    report["stages"] = _rows(db, "SELECT stage, count(*) AS cases FROM results WHERE run_id = ? AND stage IS NOT NULL"
+                                 " GROUP BY stage ORDER BY cases DESC, stage", [run_id])
+    # What blocks what: ops by the models they block; the model x op counts of those ops.
+    report["blocking"] = _rows(db, f"SELECT {_cols(_BLOCKING_COLS)} FROM op_blocking WHERE run_id = ?"
+                                   " AND models_blocked > 0 ORDER BY models_blocked DESC, unblocks DESC,"
+                                   " failing DESC, op", [run_id])
+    report["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
+                                          " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
+                                          " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
     report["baseline"] = None
     report["regressions"], report["fixes"], report["error_growth"] = [], [], []
     if compare is not None:
@@ -177,10 +194,11 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
 
     tot = report["totals"]
     table("Totals", ["pass rate", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-                     "ref_errors", "occurrences"], [tot],
+                     "ref_errors", "not exercised", "vacuous", "occurrences"], [tot],
           lambda r: [_pct(r["pass_rate"]), *(_num(r[k]) for k in ("executed", "passed", "failed", "errors",
                                                                    "xfailed", "xpassed", "skipped", "ref_errors",
-                                                                   "occurrences"))],
+                                                                   "not_exercised")),
+                     _num(report["vacuous"]), _num(r["occurrences"])],
           note="pass rate = passed (incl. xpassed) / executed (passed, failed, errors, xfailed)", inline=True)
     table("Pass rate and coverage per model",
           ["model", "pass rate", "passed/executed", "failed", "errors", "xfailed", "skipped", "ops passing",
@@ -215,9 +233,34 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
                          _num(r["max_abs_err"]), f"{r['err_growth']:.3g}x"], empty="none")
     table("Remove xfail (marked xfail, now passing)", ["case", "op", "inputs", "repro"], report["remove_xfail"],
           lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
-    table("Failures", ["case", "op", "inputs", "outcome", "error", "repro"], report["failures"],
-          lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["error_message"] or r["reason"] or "",
+    table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
+          lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", r["error_message"] or r["reason"] or "",
                      r["repro"]])
+    table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
+          note="where the cases that did not pass went wrong")
+    blocking = report.get("blocking") or []
+    table("What blocks what: ops by the models they block", ["op", "models blocked", "of models calling it",
+                                                               "unblocks", "failing cases", "blocked models"],
+          blocking, lambda r: [r["op"], _num(r["models_blocked"]), _num(r["models"]), _num(r["unblocks"]),
+                               f"{r['failing']}/{r['occurrences']}", r["blocked_models"] or ""],
+          note="a model is blocked by an op when any of its cases of that op fails (xfailed included); "
+               "unblocks: models this op alone blocks")
+    if blocking:
+        cells = {(r["op"], r["model"]): r for r in report.get("blocking_matrix") or []}
+        models = sorted({m for _, m in cells})
+        table("Model x op: failing/occurrences (blocking ops)", ["op", *models], blocking,
+              lambda r: [r["op"], *(f"{cells[r['op'], m]['failing']}/{cells[r['op'], m]['occurrences']}"
+                                    if (r["op"], m) in cells else "" for m in models)],
+              note="empty: the model does not call the op")
+    table("Proves nothing (not exercised, or a vacuous reference)", ["op", "inputs", "why", "models"],
+          report["unproven"], lambda r: [r["op"], r["inputs"], r["why"], r["models"] or ""],
+          note="vacuous: the reference is all zeros or one value, so a target returning that passes; "
+               "not exercised: the target never computed the op")
+    table("Lowering per op (inductor)", ["op", "cases", "generated", "extern", "fallback", "mixed", "no kernel",
+                                         "% generated"], report["lowering"],
+          lambda r: [r["op"], _num(r["cases"]), _num(r["generated"]), _num(r["extern"]), _num(r["fallback"]),
+                     _num(r["mixed"]), _num(r["no_kernel"]), _pct(r["generated_pct"])],
+          note="generated: inductor wrote the kernel; extern: a library kernel (mm, conv); fallback: the ATen op")
     d, rt = report["dedupe"], report["runtime"]
     table("Dedupe and runtime", ["occurrences", "executed cases", "saved by dedupe", "reference", "compile",
                                  "device", "total", "mean per case"], [None],
@@ -267,22 +310,25 @@ def to_markdown(report: dict, limit: int = DEFAULT_LIMIT) -> str:
 def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
     """The report as rich tables on `console`."""
     from rich.table import Table
+    from rich.text import Text
 
-    console.print(f"[bold]{_title(report)}[/]", highlight=False)
+    # Text, never markup: names and messages print as written
+    console.print(Text(_title(report), style="bold"), highlight=False)
     for s in sections(report, limit):
         if not s["rows"]:
-            console.print(f"[bold]{s['title']}[/]: {s['note']}", highlight=False)
+            console.print(Text.assemble((s["title"], "bold"), f": {s['note']}"), highlight=False)
             continue
         if s["inline"]:  # one row: a line of "name value" pairs reads better than a table
             pairs = " · ".join(f"{h} {v}" for h, v in zip(s["headers"], s["rows"][0]))
-            console.print(f"[bold]{s['title']}[/]: {pairs}", highlight=False)
+            console.print(Text.assemble((s["title"], "bold"), f": {pairs}"), highlight=False)
             if s["note"]:
-                console.print(f"  [dim]{s['note']}[/]", highlight=False)
+                console.print(Text(f"  {s['note']}", style="dim"), highlight=False)
             continue
-        table = Table(title=s["title"], title_justify="left", caption=s["note"] or None, caption_justify="left")
+        table = Table(title=Text(s["title"]), title_justify="left", caption=Text(s["note"]) if s["note"] else None,
+                      caption_justify="left")
         for i, h in enumerate(s["headers"]):
             # the first column names the row (case, model, op): keep it whole, fold the others
             table.add_column(h, overflow="fold", no_wrap=i == 0)
         for row in s["rows"]:
-            table.add_row(*row)
+            table.add_row(*(Text(str(v)) for v in row))
         console.print(table)

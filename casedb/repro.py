@@ -1,27 +1,61 @@
 """`casedb repro`: one case as a standalone Python script (torch only), for an upstream bug report.
 
-The script rebuilds the case's inputs exactly as :mod:`casedb.materialize` does — same seed,
-same generator calls in the same order; it carries the source of materialize's own generator
-functions (copied with :func:`inspect.getsource`, so the two cannot drift) and any data/file
-tensor values embedded as base64 — then runs the op on the CPU (eager, the reference) and on
-the target device (compiled with the backend as casedb compiles it: ``fullgraph=True,
-dynamic=False`` after ``torch._dynamo.reset()``), and asserts closeness with
-``torch.testing.assert_close`` at the case's tolerances. Exit status 0 when the target
-matches; an AssertionError (or the target's own exception) otherwise.
+The script is a fixed template (``templates/repro.py.tmpl``) plus data. Everything about the
+case -- op, inputs, seed, tolerances, the models that use it -- is one JSON document that the
+script reads with ``json.loads`` from a Python string literal written by ``repr``: no text from
+a manifest or a database ever becomes code, whatever a case or model is called. The script
+carries casedb's own code, copied with :func:`inspect.getsource` so the two cannot drift: the
+input generators of :mod:`casedb.materialize`, the layout presets, the blob codec and
+:func:`casedb.compare.compare`, so it rebuilds the exact inputs (same seed, same generator calls
+in the same order) and judges with the same rules as a run. It runs the op on the CPU (eager, the
+reference) and on the target device (compiled as casedb compiles: ``fullgraph=True,
+dynamic=False`` after ``torch._dynamo.reset()``). Exit status 0 when the target matches.
 """
 
 from __future__ import annotations
 
 import base64
 import inspect
+import json
 import math
-import os
 import textwrap
 import zlib
 from pathlib import Path
 
 from casedb.errors import CasedbError
 
+TEMPLATE = Path(__file__).with_name("templates") / "repro.py.tmpl"
+# Modules the script may import; any other module copied code uses is an error.
+_SCRIPT_MODULES = {"torch", "math", "io", "sys", "zlib", "base64", "operator", "enum", "types", "dataclasses",
+                   "typing", "json", "importlib"}
+
+
+def _inline_module(module) -> str:
+    """A whole casedb module that needs nothing but torch and the standard library (compare,
+    blobs), as the script's own code."""
+    import ast
+
+    source = inspect.getsource(module)
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for n in names:
+            if n != "__future__" and n.split(".")[0] not in _SCRIPT_MODULES:
+                raise CasedbError(f"cannot copy {module.__name__} into a repro: it imports {n}")
+    lines = [ln for ln in source.splitlines() if ln.strip() != "from __future__ import annotations"]
+    return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
+
+
+def _check_names(code: str) -> None:
+    """Copied code defines each top-level name once (two casedb modules must not collide)."""
+    import ast
+
+    seen: set = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            if node.name in seen:
+                raise CasedbError(f"cannot write a repro: two copied definitions of {node.name}")
+            seen.add(node.name)
 
 
 def _source(fn) -> str:
@@ -29,10 +63,6 @@ def _source(fn) -> str:
     while lines and lines[0].lstrip().startswith("@"):
         lines.pop(0)  # registration decorators belong to casedb, not to the script
     return textwrap.dedent("\n".join(lines)) + "\n"
-
-
-# Modules the script imports itself; any other module a copied function uses is an error.
-_SCRIPT_MODULES = {"torch", "math", "io", "sys", "zlib", "base64", "operator"}
 
 
 def _code_names(code) -> set[str]:
@@ -55,11 +85,14 @@ def _copy_with_dependencies(objs) -> str:
         if key in done:
             return
         done.add(key)
-        if inspect.isfunction(obj):
-            for name in sorted(_code_names(obj.__code__)):
-                if name not in obj.__globals__:
+        code_objects = [obj.__code__] if inspect.isfunction(obj) else [
+            m.__code__ for m in vars(obj).values() if inspect.isfunction(m)]
+        for code in code_objects:
+            module_globals = vars(inspect.getmodule(obj))
+            for name in sorted(_code_names(code)):
+                if name not in module_globals:
                     continue  # a builtin or an attribute name
-                val = obj.__globals__[name]
+                val = module_globals[name]
                 if inspect.ismodule(val):
                     if val.__name__ not in _SCRIPT_MODULES:
                         raise CasedbError(f"cannot copy {obj.__qualname__} into a repro: it uses module {val.__name__}")
@@ -70,7 +103,7 @@ def _copy_with_dependencies(objs) -> str:
                     try:
                         import torch
 
-                        ok = eval(text, {"torch": torch}) == val  # noqa: S307 - our own constant's repr
+                        ok = eval(text, {"torch": torch}) == val  # noqa: S307 - casedb's own constant's repr
                     except Exception:
                         ok = False
                     if not ok:
@@ -84,129 +117,50 @@ def _copy_with_dependencies(objs) -> str:
     return (head + "\n\n" if head else "") + "\n\n".join(blocks) + "\n\n"
 
 
-def _lit(v) -> str:
-    """Python source for a literal value (what parse_py_literal / JSON values produce)."""
-    if v is Ellipsis:
-        return "Ellipsis"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return 'float("nan")'
-        if math.isinf(v):
-            return 'float("inf")' if v > 0 else 'float("-inf")'
-        return repr(v)
-    if v is None or isinstance(v, (bool, int, str)):
-        return repr(v)
-    if isinstance(v, slice):
-        return f"slice({_lit(v.start)}, {_lit(v.stop)}, {_lit(v.step)})"
-    if isinstance(v, tuple):
-        inner = ", ".join(_lit(x) for x in v)
-        return f"({inner},)" if len(v) == 1 else f"({inner})"
-    if isinstance(v, list):
-        return "[" + ", ".join(_lit(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_lit(k)}: {_lit(x)}" for k, x in v.items()) + "}"
-    raise CasedbError(f"cannot write {v!r} into a script")
+# ------------------------------------------------------------------------------- the data
+
+def _argument(x, leaf_index: dict):
+    """An argument as JSON the script's ``value()`` turns back into it."""
+    import torch
+
+    from casedb.materialize import DeviceLeaf, TensorLeaf, TensorListLeaf
+
+    if isinstance(x, TensorLeaf):
+        return {"T": leaf_index[id(x)]}
+    if isinstance(x, TensorListLeaf):
+        items = [None if i is None else {"T": leaf_index[id(i)]} for i in x.items]
+        return {"tuple": items} if x.as_tuple else {"tensors": items}
+    if isinstance(x, DeviceLeaf):
+        return {"device": x.text}
+    if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
+        return {"torch": str(x).replace("torch.", "")}
+    if x is Ellipsis:
+        return {"ellipsis": True}
+    if isinstance(x, float) and not math.isfinite(x):
+        return {"float": repr(x)}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, slice):
+        return {"slice": [_argument(v, leaf_index) for v in (x.start, x.stop, x.step)]}
+    if isinstance(x, tuple):
+        return {"tuple": [_argument(v, leaf_index) for v in x]}
+    if isinstance(x, list):
+        return {"list": [_argument(v, leaf_index) for v in x]}
+    if isinstance(x, dict):
+        return {"dict": {str(k): _argument(v, leaf_index) for k, v in x.items()}}
+    raise CasedbError(f"cannot write {type(x).__name__} {x!r} into a script")
 
 
-class _Writer:
-    """Walks a case's inputs in materialize's order, writing generation and placement code."""
-
-    def __init__(self, case: dict, load_blob):
-        from casedb.materialize import torch_dtype
-
-        self.case = case
-        self.load_blob = load_blob
-        self.case_dtype = case.get("dtype") or "float32"
-        self.gen_lines: list[str] = []
-        self.n = 0
-        self.presets: set[str] = set()
-        self.blobs = False
-        self.torch_dtype = torch_dtype
-
-    def _dtype(self, spec) -> str:
-        return "torch." + str(self.torch_dtype(spec.get("dtype") or self.case_dtype)).replace("torch.", "")
-
-    def tensor(self, spec: dict) -> str:
-        i = self.n
-        self.n += 1
-        dtype = self._dtype(spec)
-        shape = tuple(spec.get("shape") or ())
-        if "blob" in spec:
-            raw = self.load_blob(spec["blob"])
-            packed = base64.b85encode(zlib.compress(raw, 9)).decode("ascii")
-            chunks = "\n".join(f"        {packed[j:j + 96]!r}" for j in range(0, len(packed), 96)) or "        ''"
-            self.gen_lines.append(f"    T.append(tensor_from_bytes(zlib.decompress(base64.b85decode(\n{chunks})),\n"
-                                  f"        {shape!r}, {dtype}))  # blob {spec['blob'][:16]}")
-            self.blobs = True
-        elif spec.get("data") is not None:
-            self.gen_lines.append(f"    T.append(torch.tensor({_lit(spec['data'])}, dtype={dtype})"
-                                  + (f".reshape({shape!r}))" if "shape" in spec else ")"))
-        else:
-            t = self.torch_dtype(spec.get("dtype") or self.case_dtype)
-            init = spec.get("init") or ("randn" if t.is_floating_point or t.is_complex else
-                                        "rand" if str(t) == "torch.bool" else "randint")
-            from casedb.materialize import _GEN
-
-            if init not in _GEN:
-                raise CasedbError(f"unknown init {init!r}; known: {', '.join(sorted(_GEN))}")
-            self.gen_lines.append(f"    T.append({_GEN[init].__name__}({shape!r}, {dtype}, "
-                                  f"{_lit(spec.get('init_args') or {})}, g))")
-        preset = spec.get("preset")
-        if preset:
-            self.presets.add(preset)
-            return f"_t(T[{i}], dev, fresh, {preset}, {_lit(spec.get('preset_args') or {})})"
-        return f"_t(T[{i}], dev, fresh)"
-
-    def value(self, v, key=None, top=True) -> str:
-        from casedb.materialize import _torch_object, is_device_string
-
-        if isinstance(v, str):
-            if v.startswith("torch.") and _torch_object(v) is not None:
-                return v
-            if top and (key == "device" or is_device_string(v)):
-                return f"(dev_text if REPLACE_DEVICE or dev_text == 'cpu' else {v!r})"
-            return repr(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(self.value(x, top=False) for x in v) + "]"
-        return _lit(v)
-
-    def input(self, spec: dict, key=None) -> str:
-        from casedb.safe_eval import parse_py_literal
-
-        kind, body = next(iter(spec.items()))
-        if kind in ("tensor", "file"):
-            return self.tensor(body)
-        if kind == "value":
-            return self.value(body, key=key)
-        if kind == "py":
-            return _lit(parse_py_literal(body))
-        items = []
-        for t in body:
-            if t is None:
-                items.append("None")
-                continue
-            if isinstance(t, dict) and len(t) == 1 and next(iter(t)) in ("tensor", "file"):
-                t = next(iter(t.values()))
-            items.append(self.tensor(t))
-        return "[" + ", ".join(items) + "]"
-
-    def arguments(self) -> tuple[list[str], list[tuple[str, str]]]:
-        from casedb.materialize import INPUT_KINDS
-
-        args = [self.input(s) for s in self.case.get("inputs") or ()]
-        kwargs = []
-        attrs = self.case.get("attrs") or {}
-        for k in sorted(attrs):  # materialize's order: positional first, then keywords by name
-            v = attrs[k]
-            if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in INPUT_KINDS:
-                kwargs.append((k, self.input(v, key=k)))
-            else:
-                kwargs.append((k, self.value(v, key=k)))
-        return args, kwargs
+def _tensor(leaf, load_blob) -> dict:
+    src = dict(leaf.source)
+    if "blob" in src:
+        src["blob"] = base64.b85encode(zlib.compress(load_blob(src["blob"]), 9)).decode("ascii")
+    if leaf.preset:
+        src.update(preset=leaf.preset, preset_args=leaf.preset_args)
+    return src
 
 
-def _op_expr(op: str) -> tuple[str, str]:
-    """(expression for the op's callable, extra definitions it needs)."""
+def _op(op: str) -> dict:
     from casedb.casespec import normalize_op
     from casedb.ops import UnknownOpError, op_info
 
@@ -215,194 +169,76 @@ def _op_expr(op: str) -> tuple[str, str]:
     except UnknownOpError as e:
         raise CasedbError(f"cannot write a repro: {e}") from None
     if info.kind in ("overload", "packet"):
-        return f"torch.ops.{info.fn}", ""
-    if info.kind == "method":
-        return f"torch.Tensor.{info.fn.__name__}", ""
-    if info.kind == "operator":
-        if info.fn.__name__ == "_setitem":
-            return "_setitem", "\ndef _setitem(obj, index, value):\n    obj[index] = value\n"
-        return f"operator.{info.fn.__name__}", ""
-    return normalize_op(op), ""
+        path = str(info.fn)
+    elif info.kind == "method":
+        path = info.fn.__name__
+    elif info.kind == "operator":
+        path = info.fn.__name__.lstrip("_") if info.fn.__name__ == "_setitem" else info.fn.__name__
+    else:
+        path = normalize_op(op)[len("torch."):]
+    return {"name": op, "kind": info.kind, "path": path}
 
 
-def _import_lines(imports: list[str]) -> str:
-    lines = []
-    for name in imports:
-        if name.endswith(".py") or "/" in name or os.sep in name:
-            path = str(Path(name).resolve())
-            lines.append(f"_load_file({path!r})  # registers the ops/backends this case needs")
-        else:
-            lines.append(f"import {name}  # registers the ops/backends this case needs")
-    return "\n".join(lines)
-
-
-_LOAD_FILE = '''
-def _load_file(path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("repro_import_" + str(abs(hash(path))), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-'''
-
-
-def _choose(store, name: str) -> tuple[dict, list[dict]]:
+def _choose(store, name: str, model: str | None) -> tuple[dict, list[dict]]:
     rows = store.find(name)
+    if model is not None:
+        wanted = store.model(model)["name"]
+        rows = [r for r in rows if r["model"] == wanted] or rows
     sigs = list(dict.fromkeys(r["signature"] for r in rows))
     if len(sigs) > 1:
         choices = ", ".join(f"{r['model']}::{r['name']} ({r['signature'][:12]})" for r in rows[:10])
         raise CasedbError(f"{name!r} names {len(sigs)} different cases; give one of: {choices}")
-    case = store.case(sigs[0])
-    return case, rows
+    return store.case(sigs[0]), rows
 
 
 def script(store, name: str, *, device: str | None = None, backend: str | None = None,
            imports: list[str] = (), rtol: float | None = None, atol: float | None = None,
-           replace_device: bool = True) -> str:
-    """The repro script for the case `name` (signature prefix, case name or model::name)."""
-    from casedb import materialize, presets
-    from casedb.ops import op_info
-    from casedb.runner import default_backend, import_module
+           replace_device: bool = True, model: str | None = None) -> str:
+    """The repro script for the case `name` (signature prefix, case name or model::name);
+    ``model`` picks whose tolerances it uses when several models share the case."""
+    from casedb import blobs, compare, execute, materialize, numerics, ops, presets
+    from casedb.runspec import RunSpec
+    from casedb.target import check_import, import_module
 
+    imports = [check_import(m) for m in imports]
     for mod in imports:
         import_module(mod)  # so custom ops resolve while the script is written
-    case, rows = _choose(store, name)
+    case, rows = _choose(store, name, model)
     occ = rows[0]
-    rtol = occ["rtol"] if rtol is None else rtol
-    atol = occ["atol"] if atol is None else atol
-    backend = backend or default_backend()
-    w = _Writer(case, store.load_blob)
-    args, kwargs = w.arguments()
-    op_expr, op_defs = _op_expr(case["op"])
-    # which arguments the op writes into, decided as the executor decides it
+    # the tolerance a run gives each floating dtype of this occurrence (casedb.numerics, no rules)
+    defaults = store.models_defaults(occ["model"])
+    plan_occ = {**occ, "defaults": defaults,
+                **({"rtol": rtol} if rtol is not None else {}), **({"atol": atol} if atol is not None else {})}
+    policy = numerics.Policy(device=str(device or "cpu"), backend=str(backend or RunSpec().backend))
+    tolerances = {d: policy.tolerance(plan_occ, case, d) for d in ("float16", "bfloat16", "float32", "float64")}
+    main = tolerances.get(case["dtype"]) or tolerances["float32"]
+    op = _op(case["op"])
     prepared = materialize.prepare(case, load_blob=store.load_blob)
-    info = op_info(case["op"])
-    writes = info.mutated(prepared.args, prepared.kwargs)
-    metadata_only = info.metadata_only(prepared.args, prepared.kwargs)
-    seed = materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF
-
-    copied = list(materialize._GEN.values())
-    if w.blobs:
-        copied.append(materialize.tensor_from_bytes)
-    copied += [presets.PRESETS[p].fn for p in sorted(w.presets)]
-    helpers = _copy_with_dependencies(copied)
-    occurrences = "\n".join(f"    {r['model']}::{r['name']} (rtol={r['rtol']:g}, atol={r['atol']:g})"
-                            f"{' from ' + r['source'] if r.get('source') else ''}" for r in rows[:20])
-    device_line = (f"DEVICE = {device!r}" if device else
-                   'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"')
-    arg_list = "[" + ", ".join(args) + "]"
-    kw_dict = "{" + ", ".join(f"{k!r}: {v}" for k, v in kwargs) + "}"
-    expects = occ.get("expects_error")
-    note = f"\nThe manifest expects this case to raise: {expects}.\n" if expects else ""
-    return f'''#!/usr/bin/env python3
-"""Reproduce a casedb case: {case['op']}({case['shapes']}).
-
-signature {case['signature']}
-dtype {case['dtype']}; the CPU eager result is the reference, {backend} on DEVICE the target.
-Used by:
-{occurrences}
-{note}
-Generated by `casedb repro`; needs only torch (no casedb). Inputs are generated exactly as casedb
-generates them (seed {seed}, same generator calls in the same order). Exit status 0: the target
-matches the reference within rtol/atol; an AssertionError, or the target's error, otherwise.
-"""
-
-import base64  # noqa: F401
-import io  # noqa: F401
-import math  # noqa: F401
-import operator  # noqa: F401
-import sys  # noqa: F401
-import zlib  # noqa: F401
-
-import torch
-{_LOAD_FILE if any(m.endswith('.py') or '/' in m for m in imports) else ''}
-{_import_lines(list(imports))}
-
-{device_line}
-BACKEND = {backend!r}  # "eager": no compile
-RTOL, ATOL = {rtol!r}, {atol!r}
-SEED = {seed}
-REPLACE_DEVICE = {replace_device!r}  # device strings in the case become the device each side runs on
-WRITES = {writes!r}  # arguments the op writes into: compared too
-METADATA_ONLY = {metadata_only!r}  # random/uninitialized output: compare shape, dtype, strides only
-{op_defs}
-
-{helpers}
-def generate():
-    """The case's tensors, on the CPU, in casedb's order."""
-    g = torch.Generator()
-    g.manual_seed(SEED)
-    T = []
-{chr(10).join(w.gen_lines) if w.gen_lines else '    pass'}
-    return T
-
-
-def _t(t, dev, fresh, preset=None, preset_args=None):
-    if dev.type != "cpu":
-        t = t.to(dev)
-    elif fresh:
-        t = t.clone()
-    if preset is not None:
-        t = preset(t, **preset_args)
-    return t
-
-
-def arguments(T, device, fresh):
-    """(args, kwargs) of one call on `device`."""
-    dev = torch.device(device)
-    dev_text = str(dev)
-    args = {arg_list}
-    kwargs = {kw_dict}
-    return args, kwargs
-
-
-def call(fn, args, kwargs):
-    out = fn(*args, **kwargs)
-    result = {{"output": out}}
-    for key in WRITES:
-        result[key] = args[int(key[5:-1])] if key.startswith("args[") else kwargs[key[7:-1]]
-    return result
-
-
-def to_cpu(x):
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    if isinstance(x, (list, tuple)):
-        return type(x)(to_cpu(i) for i in x) if type(x) in (list, tuple) else tuple(to_cpu(i) for i in x)
-    if isinstance(x, dict):
-        return {{k: to_cpu(v) for k, v in x.items()}}
-    return x
-
-
-def main():
-    op = {op_expr}
-    T = generate()
-    fresh = bool(WRITES)
-    with torch.no_grad():
-        reference = call(op, *arguments(T, "cpu", fresh))
-
-        def run_op(*args, **kwargs):
-            return op(*args, **kwargs)
-
-        if BACKEND == "eager":
-            target_fn = op
-        else:
-            torch._dynamo.reset()
-            target_fn = torch.compile(run_op, backend=BACKEND, fullgraph=True, dynamic=False)
-        target = to_cpu(call(target_fn, *arguments(T, DEVICE, fresh)))
-    for key in reference:
-        ref, out = reference[key], target[key]
-        if ref is None and out is None:
-            continue
-        if METADATA_ONLY and isinstance(ref, torch.Tensor):
-            assert out.shape == ref.shape and out.dtype == ref.dtype, f"{{key}}: {{out.shape}} {{out.dtype}} != {{ref.shape}} {{ref.dtype}}"
-            continue
-        torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL, equal_nan=True,
-                                   msg=lambda m, key=key: f"{{key}} on {{DEVICE}} ({{BACKEND}}) vs CPU eager: {{m}}")
-    print(f"OK: {case['op']} on {{DEVICE}} ({{BACKEND}}) matches the CPU reference (rtol={{RTOL}}, atol={{ATOL}})")
-
-
-if __name__ == "__main__":
-    main()
-'''
+    info = ops.op_info(case["op"])
+    leaf_index = {id(leaf): i for i, leaf in enumerate(prepared.leaves)}
+    used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
+    data = {
+        "op": op, "signature": case["signature"], "shapes": case["shapes"], "dtype": case["dtype"],
+        "device": device, "backend": backend or RunSpec().backend,
+        "rtol": main.rtol, "atol": main.atol,
+        "tolerances": {d: [t.rtol, t.atol] for d, t in tolerances.items()},
+        "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": replace_device,
+        "writes": info.mutated(prepared.args, prepared.kwargs),
+        "metadata_only": info.metadata_only(prepared.args, prepared.kwargs),
+        "tensors": [_tensor(leaf, store.load_blob) for leaf in prepared.leaves],
+        "args": [_argument(a, leaf_index) for a in prepared.args],
+        "kwargs": {k: _argument(v, leaf_index) for k, v in prepared.kwargs.items()},
+        "imports": imports, "expects_error": occ.get("expects_error"),
+        "used_by": [{"model": r["model"], "name": r["name"], "rtol": r["rtol"], "atol": r["atol"],
+                     "source": r.get("source")} for r in store.find(case["signature"])[:50]],
+        "generators": {init: fn.__name__ for init, fn in materialize._GEN.items()},
+        "presets": {p: presets.PRESETS[p].fn.__name__ for p in used_presets},
+    }
+    helpers = (_inline_module(blobs) + _inline_module(compare) + "# ---- functions of casedb.materialize, ops, "
+               "execute, presets\n" + _copy_with_dependencies([*materialize._GEN.values(), ops._setitem, execute._to_cpu,
+                                                               *(presets.PRESETS[p].fn for p in used_presets)]))
+    _check_names(helpers)
+    text = TEMPLATE.read_text(encoding="utf-8")
+    text = text.replace("@HELPERS@", helpers)
+    # repr of a str is a Python string literal whatever it holds: the case is data, never code
+    return text.replace("@CASE_JSON@", repr(json.dumps(data, ensure_ascii=False, sort_keys=True)))

@@ -4,7 +4,9 @@ Nothing from a manifest is ever passed to ``eval``. Both forms are parsed with :
 walked by hand against an allow-list:
 
 * ``py:`` literals — tuples, lists, ``None``, ``Ellipsis``/``...``, ``True``/``False``, ints,
-  floats, ``inf``, ``-inf``, ``nan``, strings and ``slice(a, b, c)`` with literal arguments.
+  floats, ``inf``, ``-inf``, ``nan``, strings, ``slice(a, b, c)`` with literal arguments and the
+  torch constants ``torch.<dtype>`` (any alias casedb accepts: ``torch.half``), ``torch.<layout>``
+  and ``torch.<memory_format>`` — looked up in those three tables, never evaluated.
 * ``skip_if`` / ``xfail_if`` expressions — ``and``/``or``/``not``, comparisons
   (``== != < <= > >= in not in``), literals, tuples/lists of literals, the names ``device``,
   ``backend``, ``dtype_str``, ``op``, ``model`` and attribute chains under ``cfg`` (e.g.
@@ -56,6 +58,12 @@ def _literal(node: ast.AST, src: str) -> Any:
         return tuple(_literal(e, src) for e in node.elts)
     if isinstance(node, ast.List):
         return [_literal(e, src) for e in node.elts]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        obj = torch_constant(node.attr)
+        if obj is None:
+            raise UnsafeExpression(
+                f"py literal {src!r}: torch.{node.attr} is not a torch dtype, layout or memory format")
+        return obj
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "slice":
         if node.keywords or not 1 <= len(node.args) <= 3:
             raise UnsafeExpression(f"py literal {src!r}: slice() takes 1 to 3 positional arguments")
@@ -66,14 +74,35 @@ def _literal(node: ast.AST, src: str) -> Any:
         return slice(*parts)
     raise UnsafeExpression(
         f"py literal {src!r}: {type(node).__name__} is not allowed; only tuples, lists, None, Ellipsis, "
-        "slice(...), ints, floats, inf, -inf, nan and strings"
+        "slice(...), ints, floats, inf, -inf, nan, strings and torch.<dtype>"
     )
+
+
+def torch_constant(name: str):
+    """``torch.<name>`` when it is a dtype (any casedb alias), layout or memory format; else None."""
+    from casedb import dtypes
+
+    import torch
+
+    try:
+        name = dtypes.canonical(name)
+    except dtypes.UnknownDtype:
+        pass
+    obj = getattr(torch, name, None) if not name.startswith("_") else None
+    return obj if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)) else None
+
+
+def _is_torch_constant(value: Any) -> bool:
+    # checked by type name so that formatting other literals never imports torch
+    return type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "layout", "memory_format")
 
 
 def format_py_literal(value: Any) -> str:
     """Canonical text of a literal produced by :func:`parse_py_literal` (round-trips exactly)."""
     if value is Ellipsis:
         return "Ellipsis"
+    if _is_torch_constant(value):
+        return str(value)  # torch.float16, torch.strided, torch.channels_last
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
     if isinstance(value, int):

@@ -13,8 +13,22 @@ Phases: ``prefill`` is a forward over the whole prompt (with images / audio for 
 models); ``decode`` is one generated token (sequence length 1) on top of the KV / SSM cache
 that the prefill left. Both use ``logits_to_keep=1`` as ``generate`` does.
 
+Paths: a recipe's ``matrix`` names the runtime choices a deployment varies — the KV cache
+(``dynamic`` / ``static``), the attention implementation (``sdpa`` / ``eager``), the expert
+implementation (``grouped_mm`` / ``batched_mm``, which generate runs for decode steps only /
+``eager``) and forward inputs (``batch`` > 1
+means left-padded prompts with an attention mask; ``seq_len`` / ``text_len``). Every combination
+of the ``matrix`` axes is one path, and each value of an ``alone`` axis is one more path on the
+default one (the first value of every axis). A scan runs every path (or one) and writes the union:
+each record lists the ``paths`` that produced it (also the ``Paths:`` line of its description)
+and its ``count`` is the most calls any one path made.
+
 Control tensors (token ids, image sizes, audio masks) stay real CPU tensors so that the model's
-Python control flow and masks see real values; everything derived from weights is meta.
+Python control flow and masks see real values; everything derived from weights is meta. Where a
+control tensor meets meta tensors in an op that needs one device (a padding mask read at meta
+positions, ``index_add_`` with a real index), it joins them on meta for that op. On the
+eager-experts path the router's top-k indices are real — an even routing — so that the
+per-expert loop, whose trip count and token lists depend on them, can run.
 
 Dropped (counted in the header's ``dropped``, never recorded):
 
@@ -41,6 +55,7 @@ one record with its ``count``. Value-sensitive inputs (indices, offsets, masks) 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import linecache
 import math
@@ -63,7 +78,20 @@ SCAN_FORMAT = 1
 LEVELS = ("torch", "aten")
 PHASES = ("prefill", "decode")
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "manifests" / "scan"
-RECIPE_KEYS = ("model", "description", "variant_of", "config", "arch", "dtype", "defaults", "inputs")
+RECIPE_KEYS = ("model", "description", "variant_of", "config", "arch", "dtype", "defaults", "inputs", "matrix",
+               "alone")
+# Runtime axes of a path and their values (the first: what the model picks when nothing is asked).
+RUNTIME_AXES = {
+    "cache": ("dynamic", "static"),
+    "attention": ("sdpa", "eager"),
+    "experts": ("grouped_mm", "batched_mm", "eager"),
+}
+# A static cache is allocated for the prompt plus this many new tokens (generate's max_length).
+STATIC_CACHE_ROOM = 64
+# Expert implementations generate runs for the decode steps only, on top of a grouped_mm prefill
+# (GenerationMixin._optimize_model_for_decode on an accelerator): batched_mm copies each routed
+# token's expert weights, a few MB per token in decode but tens of GB for a prompt.
+DECODE_EXPERTS = {"batched_mm": "grouped_mm"}
 # Forward-input keys each kind of model takes (see _prefill_inputs); values are the defaults
 # used when scanning a bare config.json.
 INPUT_DEFAULTS = {
@@ -71,7 +99,8 @@ INPUT_DEFAULTS = {
     "llava_next": {"batch": 1, "text_len": 32, "image_size": [768, 768]},
     "granite_speech": {"batch": 1, "text_len": 32, "audio_frames": 500},
 }
-# Real values of a CPU (control) tensor are kept for valid_inputs when it is at most this big.
+# Real values of a CPU (control) tensor are kept for the valid_inputs rules that read them
+# (valid_inputs.wants_values) when it is at most this big.
 MAX_CAPTURED_VALUES = 8192
 
 
@@ -94,6 +123,21 @@ class Recipe:
     variant_of: str | None = None
     defaults: dict = field(default_factory=dict)
     source: str | None = None
+    declared_inputs: tuple = ()  # the input keys the recipe itself sets (the rest are defaults)
+    matrix: dict = field(default_factory=dict)
+    alone: dict = field(default_factory=dict)
+
+    def paths(self) -> list["ScanPath"]:
+        """Every path of the recipe, the default one first (one ``default`` path without a matrix)."""
+        if not self.matrix and not self.alone:
+            return [ScanPath("default", inputs=dict(self.inputs))]
+        axes = {**self.matrix, **self.alone}
+        first = {axis: values[0] for axis, values in axes.items()}
+        combos = [dict(zip(self.matrix, values)) for values in itertools.product(*self.matrix.values())]
+        combos = [{**first, **c} for c in combos]
+        for axis, values in self.alone.items():
+            combos += [{**first, axis: v} for v in values[1:]]
+        return [_path(self, c) for c in combos]
 
     @property
     def kind(self) -> str:
@@ -158,6 +202,11 @@ def _read_recipe(path: Path, arch: str | None) -> Recipe:
         defaults=dict(doc.get("defaults") or {}), source=_display_path(path),
     )
     _check_inputs(recipe)
+    recipe.matrix = _axes(recipe, doc.get("matrix"), "matrix")
+    recipe.alone = _axes(recipe, doc.get("alone"), "alone")
+    both = sorted(set(recipe.matrix) & set(recipe.alone))
+    if both:
+        raise ScanError(f"axis {', '.join(both)} is in both matrix and alone; keep it in one", where=recipe.source)
     return recipe
 
 
@@ -178,6 +227,7 @@ def _recipe_from_config(path: Path, arch: str | None) -> Recipe:
 
 def _check_inputs(recipe: Recipe) -> None:
     allowed = INPUT_DEFAULTS[recipe.kind]
+    recipe.declared_inputs = tuple(recipe.inputs)
     unknown = sorted(set(recipe.inputs) - set(allowed))
     if unknown:
         raise ScanError(
@@ -191,11 +241,86 @@ def _check_inputs(recipe: Recipe) -> None:
         raise ScanError(str(e), where=recipe.source) from None
 
 
+def _axes(recipe: Recipe, doc, key: str) -> dict:
+    """The axes of a recipe's ``matrix`` / ``alone``: {axis: [values]}, checked."""
+    if doc is None:
+        return {}
+    where = f"{recipe.source}: {key}"
+    if not isinstance(doc, dict):
+        raise ScanError(f"{key} is a mapping of axis -> list of values", where=where)
+    axes = {}
+    for axis, values in doc.items():
+        if not isinstance(values, list) or not values:
+            raise ScanError(f"axis {axis!r} needs a non-empty list of values", where=where)
+        if axis in RUNTIME_AXES:
+            bad = [v for v in values if v not in RUNTIME_AXES[axis]]
+            if bad:
+                raise ScanError(f"{axis}: unknown value(s) {', '.join(map(str, bad))}; choose from "
+                                f"{', '.join(RUNTIME_AXES[axis])}", where=where)
+        elif axis in recipe.inputs:
+            for v in values:
+                _check_input_value(axis, v, where)
+            declared = recipe.inputs[axis]
+            if axis in recipe.declared_inputs and declared != values[0]:
+                raise ScanError(f"inputs.{axis} is {declared!r} but the {axis} axis starts with {values[0]!r}: "
+                                "the first value of an axis is the default path's; drop it from inputs",
+                                where=where)
+        else:
+            raise ScanError(f"unknown axis {axis!r}; axes: {', '.join(RUNTIME_AXES)} or an input of "
+                            f"{recipe.arch} ({', '.join(recipe.inputs)})", where=where)
+        if len({json.dumps(v) for v in values}) != len(values):
+            raise ScanError(f"axis {axis!r} repeats a value", where=where)
+        axes[axis] = list(values)
+    return axes
+
+
+def _check_input_value(axis: str, value, where: str) -> None:
+    ok = (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value)
+          if axis == "image_size" else isinstance(value, int) and not isinstance(value, bool) and value > 0)
+    if not ok:
+        raise ScanError(f"{axis}: {value!r} is not a valid value "
+                        f"({'[height, width]' if axis == 'image_size' else 'a positive integer'})", where=where)
+
+
 def _display_path(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+# -------------------------------------------------------------------------------------- paths
+
+@dataclass(frozen=True)
+class ScanPath:
+    """One way through the model: runtime choices and forward inputs (None: the model's default)."""
+
+    name: str
+    cache: str = "dynamic"
+    attention: str | None = None
+    experts: str | None = None
+    inputs: dict = field(default_factory=dict, hash=False)
+    axes: dict = field(default_factory=dict, hash=False)  # the value of each axis the recipe declares
+
+    def settings(self) -> dict:
+        return {"name": self.name, "axes": self.axes, "cache": self.cache, "attention": self.attention,
+                "experts": self.experts, "inputs": self.inputs}
+
+
+_INPUT_PARTS = {"batch": "b", "seq_len": "s", "text_len": "t", "audio_frames": "a", "image_size": "i"}
+
+
+def _path(recipe: Recipe, values: dict) -> ScanPath:
+    """The path of one combination of axis values; its name spells every declared axis' value."""
+    parts = [values[a] for a in RUNTIME_AXES if a in values]
+    inputs = dict(recipe.inputs)
+    for key in recipe.inputs:
+        if key in values:
+            inputs[key] = values[key]
+            v = values[key]
+            parts.append(_INPUT_PARTS[key] + ("x".join(map(str, v)) if isinstance(v, list) else str(v)))
+    return ScanPath("-".join(parts), cache=values.get("cache", "dynamic"), attention=values.get("attention"),
+                    experts=values.get("experts"), inputs=inputs, axes=dict(values))
 
 
 # ------------------------------------------------------------------------------------ results
@@ -222,9 +347,12 @@ class ScanResult:
 
     def summary(self) -> dict:
         kinds = Counter(r["type"] for r in self.records)
-        return {"model": self.header["model"], "level": self.header["level"], "phase": self.header["phase"],
-                "unique_calls": kinds["case"], "skipped": kinds["skipped"], "calls": self.header["calls"],
-                "ops": len({r["case"]["op"] for r in self.cases}), "seconds": round(self.seconds, 2)}
+        out = {"model": self.header["model"], "level": self.header["level"], "phase": self.header["phase"],
+               "unique_calls": kinds["case"], "skipped": kinds["skipped"], "calls": self.header["calls"],
+               "ops": len({r["case"]["op"] for r in self.cases}), "seconds": round(self.seconds, 2)}
+        if "path_stats" in self.header:
+            out["paths"] = self.header["path_stats"]
+        return out
 
 
 # ------------------------------------------------------------------------------- command
@@ -233,27 +361,35 @@ DEFAULT_OUT_DIR = Path("data") / "scans"
 
 
 def scan_command(model: str, *, output: str | Path | None = None, level: str = "torch", phases=PHASES,
-                 arch: str | None = None, store=None) -> dict:
-    """What ``casedb scan`` does: scan, write the scan JSONL (to ``output``, default
-    ``data/scans/<model>-<level>.jsonl``) and, given an open ``store``, import that file.
+                 arch: str | None = None, store=None, path: str | None = None, report: bool = False) -> dict:
+    """What ``casedb scan`` does: scan (every path of the recipe, or ``path``), write the scan JSONL
+    (to ``output``, default ``data/scans/<model>-<level>.jsonl``) and, given an open ``store``,
+    import that file.
 
-    Returns a summary dict (unique calls, ops, seconds, the file, and the import report).
+    Returns a summary dict (unique calls, ops, seconds, per-path figures, the file, the import
+    report, and with ``report`` the coverage report of :mod:`casedb.scan_report`).
     """
-    result = scan(model, level=level, phases=phases, arch=arch)
-    path = Path(output) if output else DEFAULT_OUT_DIR / f"{result.header['model']}-{level}.jsonl"
-    result.write(path)
-    summary = {**result.summary(), "output": str(path), "dropped": result.header["dropped"]}
+    result = scan(model, level=level, phases=phases, arch=arch, path=path)
+    out = Path(output) if output else DEFAULT_OUT_DIR / f"{result.header['model']}-{level}.jsonl"
+    result.write(out)
+    summary = {**result.summary(), "output": str(out), "dropped": result.header["dropped"]}
     if store is not None:
         from casedb.ingest import import_paths
 
-        summary["import"] = import_paths(store, [path]).totals()
+        summary["import"] = import_paths(store, [out]).totals()
+    if report:
+        from casedb.scan_report import coverage
+
+        summary["report"] = coverage(result)
     return summary
 
 
 # ---------------------------------------------------------------------------------- scanning
 
-def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, arch: str | None = None) -> ScanResult:
-    """Scan a model (a Recipe, a recipe name or path, or a config.json) and return its records."""
+def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, arch: str | None = None,
+         path: str | None = None) -> ScanResult:
+    """Scan a model (a Recipe, a recipe name or path, or a config.json) along every path of its
+    recipe (or the one named ``path``) and return the union of the records."""
     started = time.perf_counter()
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, arch)
@@ -263,30 +399,91 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
     bad = [p for p in phases if p not in PHASES]
     if bad or not phases:
         raise ScanError(f"unknown phase {', '.join(bad) or '(none)'}; choose from {', '.join(PHASES)}")
+    paths = recipe.paths()
+    if path is not None:
+        chosen = [p for p in paths if p.name == path]
+        if not chosen:
+            raise ScanError(f"{recipe.model} has no path {path!r}; its paths: {', '.join(p.name for p in paths)}",
+                            where=recipe.source)
+        paths = chosen
 
     import transformers
 
-    model = _build(recipe)
-    recorder = _Recorder(level, recipe.model)
-    with torch.no_grad():
-        prefill = _prefill_inputs(recipe, model)
-        out = _forward(model, prefill, recorder, record="prefill" in phases)
-        if "decode" in phases:
-            decode = _decode_inputs(recipe, model, out)
-            _forward(model, decode, recorder, record=True)
+    models: dict = {}
+    runs = []
+    for p in paths:
+        path_started = time.perf_counter()
+        key = (p.attention, p.experts)
+        if key not in models:
+            models[key] = _build(recipe, p)
+        model = models[key]
+        # The eager experts loop over the experts a routing hits: it needs real routing values.
+        recorder = _Recorder(level, recipe.model, balanced_routing=p.experts == "eager")
+        with torch.no_grad():
+            prefill = _prefill_inputs(recipe, model, p)
+            with _experts(model, DECODE_EXPERTS.get(p.experts)):
+                out = _forward(model, prefill, recorder, record="prefill" in phases, path=p)
+            if "decode" in phases:
+                _forward(model, _decode_inputs(recipe, model, out, p, prefill), recorder, record=True, path=p)
+        runs.append((p, recorder, time.perf_counter() - path_started))
+    model = models[(paths[0].attention, paths[0].experts)]
+    provenance = bool(recipe.matrix or recipe.alone)
+    dropped: Counter = Counter()
+    for _, recorder, _ in runs:
+        dropped.update(recorder.dropped)
     header = {
         "casedb_scan": SCAN_FORMAT, "model": recipe.model, "level": level, "phase": "+".join(phases),
         "recipe": recipe.source, "torch": torch.__version__, "transformers": transformers.__version__,
         "arch": recipe.arch, "config": _display_path(recipe.config), "family": model.config.model_type,
         "variant_of": recipe.variant_of, "description": recipe.description,
         "defaults": recipe.defaults or {"dtype": dtypes.short(dtypes.canonical(recipe.dtype))},
-        "inputs": recipe.inputs, "calls": recorder.calls, "dropped": dict(recorder.dropped),
+        "inputs": paths[0].inputs, "calls": sum(r.calls for _, r, _ in runs), "dropped": dict(dropped),
     }
-    return ScanResult(header=header, records=recorder.records(), seconds=time.perf_counter() - started)
+    if provenance:
+        header["paths"] = [p.settings() for p in paths]
+        header["path_stats"] = [_path_stats(p, r, seconds) for p, r, seconds in runs]
+    records = _union([(p.name, r.records()) for p, r, _ in runs], provenance)
+    return ScanResult(header=header, records=records, seconds=time.perf_counter() - started)
 
 
-def _build(recipe: Recipe):
-    """The model at full size on the meta device, in eval mode, in the recipe's dtype."""
+def _path_stats(p: "ScanPath", recorder: "_Recorder", seconds: float) -> dict:
+    cases = [r for r in recorder.records() if r["type"] == "case"]
+    return {"path": p.name, "calls": recorder.calls, "unique_calls": len(cases),
+            "ops": len({r["case"]["op"] for r in cases}), "seconds": round(seconds, 2)}
+
+
+def record_key(rec: dict) -> str:
+    """What makes a record one unique call: op, inputs, keyword arguments and the source line."""
+    if rec["type"] == "case":
+        case = rec["case"]
+        return json.dumps([case["op"], case.get("inputs"), case.get("attrs"), rec.get("where")], sort_keys=True)
+    return json.dumps([rec.get("where"), rec.get("op"), rec.get("reason")], sort_keys=True)
+
+
+def _union(runs: list[tuple[str, list[dict]]], provenance: bool) -> list[dict]:
+    """One record per unique call across the paths, in first-seen order; ``count``: the most calls
+    one path made; with ``provenance``, the ``paths`` that made it (also in the description)."""
+    if not provenance:
+        return [rec for _, records in runs for rec in records]
+    merged: dict[str, dict] = {}
+    for name, records in runs:
+        for rec in records:
+            key = record_key(rec)
+            seen = merged.get(key)
+            if seen is None:
+                seen = merged[key] = {**rec, "case": dict(rec["case"])} if rec["type"] == "case" else dict(rec)
+                seen["paths"] = []
+            seen["count"] = max(seen["count"], rec["count"])
+            seen["paths"].append(name)
+    for rec in merged.values():
+        if rec["type"] == "case":
+            rec["case"]["description"] += "\nPaths: " + ", ".join(rec["paths"])
+    return list(merged.values())
+
+
+def _build(recipe: Recipe, path: "ScanPath | None" = None):
+    """The model at full size on the meta device, in eval mode, in the recipe's dtype, with the
+    path's attention and expert implementations."""
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -303,13 +500,38 @@ def _build(recipe: Recipe):
         raise ScanError(f"transformers {transformers.__version__} has no model class {recipe.arch!r}; "
                         "fix 'arch' in the recipe (or --arch)", where=recipe.source)
     dtype = getattr(torch, dtypes.canonical(recipe.dtype))
-    with torch.device("meta"):
-        # what the Auto classes' from_config calls: sets the dtype and attention implementation
-        model = cls._from_config(config, dtype=dtype)
+    kwargs = {}
+    if path is not None and path.attention:
+        kwargs["attn_implementation"] = path.attention
+    if path is not None and path.experts:
+        if not cls._can_set_experts_implementation():
+            raise ScanError(f"{recipe.arch} has no expert implementations to choose from; drop the experts axis",
+                            where=recipe.source)
+        kwargs["experts_implementation"] = path.experts
+    try:
+        with torch.device("meta"):
+            # what the Auto classes' from_config calls: sets the dtype and attention implementation
+            model = cls._from_config(config, dtype=dtype, **kwargs)
+    except (ValueError, ImportError) as e:
+        raise ScanError(f"path {path.name}: {e}" if path else str(e), where=recipe.source) from None
     return model.eval()
 
 
-def _forward(model, kwargs: dict, recorder: "_Recorder", record: bool):
+@contextlib.contextmanager
+def _experts(model, implementation: str | None):
+    """The model runs with this expert implementation inside the block (None: as built)."""
+    if implementation is None:
+        yield
+        return
+    built = model.get_experts_implementation()
+    model.set_experts_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(built)
+
+
+def _forward(model, kwargs: dict, recorder: "_Recorder", record: bool, path: "ScanPath | None" = None):
     recorder.recording = record
     try:
         with recorder.modes():
@@ -317,8 +539,9 @@ def _forward(model, kwargs: dict, recorder: "_Recorder", record: bool):
     except ScanError:
         raise
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
+        on = f" on path {path.name}" if path is not None and path.name != "default" else ""
         raise ScanError(
-            f"the forward pass of {type(model).__name__} failed on the meta device: {type(e).__name__}: {e}"
+            f"the forward pass of {type(model).__name__} failed on the meta device{on}: {type(e).__name__}: {e}"
             f" (at {recorder.last_site or 'unknown location'})"
         ) from e
     finally:
@@ -332,36 +555,79 @@ def _ids(batch: int, length: int, vocab: int, fill_from: int = 1):
     return (torch.arange(batch * length).reshape(batch, length) * 7919 + fill_from) % vocab
 
 
-def _prefill_inputs(recipe: Recipe, model) -> dict:
-    inp = recipe.inputs
+def _padding(batch: int, length: int) -> list[int]:
+    """Left-padding per row of a batch: the first prompt is the longest, the others are a quarter
+    shorter (what a tokenizer gives for prompts of different lengths)."""
+    return [0] + [max(1, length // 4)] * (batch - 1)
+
+
+def _pad_id(config, vocab: int) -> int:
+    pad = getattr(config, "pad_token_id", None)
+    return pad if isinstance(pad, int) and 0 <= pad < vocab else 0
+
+
+def _prefill_inputs(recipe: Recipe, model, path: "ScanPath | None" = None) -> dict:
+    inp = path.inputs if path is not None else recipe.inputs
     batch = int(inp["batch"])
     common = {"use_cache": True, "logits_to_keep": 1}
+    text_config = model.config.get_text_config(decoder=True)
     if recipe.kind == "causal_lm":
-        return {"input_ids": _ids(batch, int(inp["seq_len"]), model.config.vocab_size), **common}
+        length = int(inp["seq_len"])
+        input_ids = _ids(batch, length, model.config.vocab_size)
+        pads = _padding(batch, length)
+        for row, pad in enumerate(pads):
+            input_ids[row, :pad] = _pad_id(text_config, model.config.vocab_size)
+        return {"input_ids": input_ids, **_mask_and_cache(model, pads, length, path), **common}
     text_vocab = model.config.text_config.vocab_size
     text_len = int(inp["text_len"])
+    pads = _padding(batch, text_len)
     if recipe.kind == "llava_next":
         cfg = model.config
         height, width = (int(x) for x in inp["image_size"])
         image_sizes = torch.tensor([[height, width]] * batch)
         patches, num_tokens = _llava_image_tokens(model, height, width)
         size = cfg.vision_config.image_size
-        ids = _ids(batch, text_len, min(text_vocab, cfg.image_token_index))
-        placeholder = torch.full((batch, num_tokens), cfg.image_token_index)
-        input_ids = torch.cat([ids[:, :1], placeholder, ids[:, 1:]], dim=1)
+        input_ids = _with_placeholders(_ids(batch, text_len, min(text_vocab, cfg.image_token_index)), num_tokens,
+                                       cfg.image_token_index, pads, _pad_id(text_config, text_vocab))
         pixel_values = torch.empty(batch, patches, 3, size, size, dtype=model.dtype, device="meta")
-        return {"input_ids": input_ids, "pixel_values": pixel_values, "image_sizes": image_sizes, **common}
+        return {"input_ids": input_ids, "pixel_values": pixel_values, "image_sizes": image_sizes,
+                **_mask_and_cache(model, pads, input_ids.shape[1], path), **common}
     # granite_speech: input_features are stacked log-mel frames (2 x 80 mels); the projector turns
     # each window of `window_size` frames into window_size // downsample_rate audio tokens.
     cfg = model.config
     frames = int(inp["audio_frames"])
     num_tokens = math.ceil(frames / cfg.window_size) * (cfg.window_size // cfg.downsample_rate)
-    ids = _ids(batch, text_len, min(text_vocab, cfg.audio_token_index))
-    placeholder = torch.full((batch, num_tokens), cfg.audio_token_index)
-    input_ids = torch.cat([ids[:, :1], placeholder, ids[:, 1:]], dim=1)
+    input_ids = _with_placeholders(_ids(batch, text_len, min(text_vocab, cfg.audio_token_index)), num_tokens,
+                                   cfg.audio_token_index, pads, _pad_id(text_config, text_vocab))
     features = torch.empty(batch, frames, cfg.encoder_config.input_dim, dtype=model.dtype, device="meta")
     mask = torch.ones(batch, num_tokens, dtype=torch.bool)
-    return {"input_ids": input_ids, "input_features": features, "input_features_mask": mask, **common}
+    return {"input_ids": input_ids, "input_features": features, "input_features_mask": mask,
+            **_mask_and_cache(model, pads, input_ids.shape[1], path), **common}
+
+
+def _with_placeholders(ids, num_tokens: int, token: int, pads: list[int], pad_id: int):
+    """Each row: its left padding, the first text token, the placeholders, the rest of its text."""
+    rows = []
+    for row, pad in enumerate(pads):
+        text = ids[row, :ids.shape[1] - pad]
+        rows.append(torch.cat([torch.full((pad,), pad_id), text[:1], torch.full((num_tokens,), token), text[1:]]))
+    return torch.stack(rows)
+
+
+def _mask_and_cache(model, pads: list[int], length: int, path: "ScanPath | None") -> dict:
+    """The attention mask of a padded batch, and the static cache a static path pre-allocates."""
+    extra = {}
+    if any(pads):
+        mask = torch.ones(len(pads), length, dtype=torch.long)
+        for row, pad in enumerate(pads):
+            mask[row, :pad] = 0
+        extra["attention_mask"] = mask
+    if path is not None and path.cache == "static":
+        from transformers import StaticCache
+
+        extra["past_key_values"] = StaticCache(config=model.config.get_text_config(decoder=True),
+                                               max_cache_len=length + STATIC_CACHE_ROOM)
+    return extra
 
 
 def _llava_image_tokens(model, height: int, width: int) -> int:
@@ -380,16 +646,21 @@ def _llava_image_tokens(model, height: int, width: int) -> int:
     return patches, packed[0].shape[0]
 
 
-def _decode_inputs(recipe: Recipe, model, prefill_out) -> dict:
-    """One new token per sequence on top of the prefill's cache."""
+def _decode_inputs(recipe: Recipe, model, prefill_out, path: "ScanPath | None" = None,
+                   prefill: dict | None = None) -> dict:
+    """One new token per sequence on top of the prefill's cache (and the padded batch's mask)."""
     cache = prefill_out.past_key_values
     if cache is None:
         raise ScanError(f"{recipe.arch} returned no cache from the prefill; cannot scan a decode step",
                         where=recipe.source)
     vocab = getattr(model.config, "text_config", model.config).vocab_size
-    batch = int(recipe.inputs["batch"])
-    return {"input_ids": _ids(batch, 1, vocab, fill_from=11), "past_key_values": cache,
-            "use_cache": True, "logits_to_keep": 1}
+    batch = int((path.inputs if path is not None else recipe.inputs)["batch"])
+    out = {"input_ids": _ids(batch, 1, vocab, fill_from=11), "past_key_values": cache,
+           "use_cache": True, "logits_to_keep": 1}
+    mask = (prefill or {}).get("attention_mask")
+    if mask is not None:
+        out["attention_mask"] = torch.cat([mask, torch.ones(batch, 1, dtype=mask.dtype)], dim=1)
+    return out
 
 
 # -------------------------------------------------------------------------------- recording
@@ -447,9 +718,13 @@ def _site_roots():
 class _Recorder:
     """Collects calls from the torch-level and aten-level modes into deduplicated records."""
 
-    def __init__(self, level: str, model: str | None = None):
+    def __init__(self, level: str, model: str | None = None, balanced_routing: bool = False):
         self.level = level
         self.model = model
+        self.balanced_routing = balanced_routing
+        # Functions seen failing on CPU tensors meeting meta ones: later calls move them first (a
+        # failed call costs ~25x a meta call; the eager experts loop makes thousands of index_add_).
+        self.one_device: set = set()
         self.recording = False
         self.calls = 0
         self.dropped: Counter = Counter()
@@ -554,12 +829,12 @@ def _dtype_name(dtype) -> str:
     return dtypes.short(dtypes.canonical(str(dtype)))
 
 
-def _tensor_spec(t) -> dict:
+def _tensor_spec(t, values: bool = False) -> dict:
     spec = {"shape": list(t.shape), "dtype": _dtype_name(t.dtype)}
     if not t.is_contiguous():
         spec["preset"] = "strided"
         spec["preset_args"] = {"stride": list(t.stride()), "storage_offset": t.storage_offset()}
-    if t.device.type == "cpu" and t.numel() <= MAX_CAPTURED_VALUES:
+    if values and t.device.type == "cpu" and t.numel() <= MAX_CAPTURED_VALUES:
         # Real values of a control tensor, for valid_inputs; stripped before output.
         spec[valid_inputs.VALUES] = t.tolist()
     return spec
@@ -575,16 +850,17 @@ def _py(x) -> str | None:
         return None
 
 
-def _encode(x, *, index: bool = False) -> dict:
-    """One argument as an RFC input item (``tensor`` / ``tensor_list`` / ``value`` / ``py``)."""
+def _encode(x, *, index: bool = False, values: bool = False) -> dict:
+    """One argument as an RFC input item (``tensor`` / ``tensor_list`` / ``value`` / ``py``);
+    ``values``: keep a small CPU tensor's values for valid_inputs."""
 
     if isinstance(x, torch.Tensor):
-        return {"tensor": _tensor_spec(x)}
+        return {"tensor": _tensor_spec(x, values)}
     if isinstance(x, torch.Size):
         return {"py": _py(tuple(x))} if index else {"value": list(x)}
     if isinstance(x, (list, tuple)):
         if x and all(isinstance(v, torch.Tensor) for v in x):
-            return {"tensor_list": [_tensor_spec(v) for v in x]}
+            return {"tensor_list": [_tensor_spec(v, values) for v in x]}
         if any(_has_tensor(v) for v in x):
             raise _Unrepresentable("a list/tuple mixing tensors with other values (e.g. an index like x[idx, :])")
         if index or any(v is Ellipsis or isinstance(v, slice) for v in x):
@@ -620,12 +896,19 @@ def _plain(x):
     raise _Unrepresentable(f"an argument of type {type(x).__module__}.{type(x).__qualname__}")
 
 
+_WANTS_VALUES: dict[str, bool] = {}
+
+
 def encode_call(op: str, args, kwargs):
     """(inputs, attrs) of one call in the RFC schema; raises _Unrepresentable."""
-    inputs = [_encode(a, index=(op in _INDEX_OPS and i == 1)) for i, a in enumerate(args)]
+    # Values are read (tolist) and keyed only for the ops whose valid-input rule uses them.
+    values = _WANTS_VALUES.get(op)
+    if values is None:
+        values = _WANTS_VALUES[op] = valid_inputs.wants_values(op)
+    inputs = [_encode(a, index=(op in _INDEX_OPS and i == 1), values=values) for i, a in enumerate(args)]
     attrs = {}
     for k, v in (kwargs or {}).items():
-        item = _encode(v)
+        item = _encode(v, values=values)
         # keyword values are written plainly unless they need an input form
         attrs[k] = item["value"] if "value" in item else item
     return inputs, attrs
@@ -656,6 +939,67 @@ def _getter_name(func) -> str | None:
     return None
 
 
+_TOPK = {torch.topk, torch.Tensor.topk}
+
+
+def _call(rec: "_Recorder", func, args, kwargs):
+    """``func(*args, **kwargs)`` as the scan runs it: balanced routing on request, and a CPU
+    control tensor meeting meta tensors in an op that needs one device moves to meta."""
+    if rec.balanced_routing and func in _TOPK and args and args[0].device.type == "meta":
+        return _balanced_topk(args[0], func(*args, **kwargs))
+    if func in rec.one_device:
+        moved = _meta_if_mixed(args, kwargs)
+        if moved is not None:
+            return func(*moved[0], **moved[1])
+    try:
+        return func(*args, **kwargs)
+    except RuntimeError:
+        moved = _meta_if_mixed(args, kwargs)
+        if moved is None:
+            raise
+        # e.g. index_add_(0, cpu_index, meta_source), a padding mask indexed with meta positions:
+        # real values cannot meet meta ones, so this result is meta (values unknown) too.
+        rec.one_device.add(func)
+        return func(*moved[0], **moved[1])
+
+
+def _balanced_topk(x, out):
+    """Router top-k with real indices: token t's j-th choice is expert (t*k + j) mod E, so every
+    expert gets an even share of the tokens (as the grouped_mm offsets rule assumes) and a
+    token's k choices differ. The values stay meta."""
+    values, indices = out
+    k, experts = indices.shape[-1], x.shape[-1]
+    if indices.shape[:-1] != x.shape[:-1] or k > experts:
+        return out  # not a top-k over the last dim: leave it
+    routing = torch.arange(indices.numel()).reshape(indices.shape) % experts
+    return torch.return_types.topk((values, routing))
+
+
+def _meta_if_mixed(args, kwargs):
+    """(args, kwargs) with CPU tensors moved to meta when both devices are among them, else None."""
+    found = set()
+
+    def scan_devices(x):
+        if isinstance(x, torch.Tensor):
+            found.add(x.device.type)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                scan_devices(v)
+
+    scan_devices(list(args) + list(kwargs.values()))
+    if not {"cpu", "meta"} <= found:
+        return None
+
+    def move(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            return x.to("meta")
+        if isinstance(x, (list, tuple)):
+            return type(x)(move(v) for v in x)
+        return x
+
+    return [move(a) for a in args], {k: move(v) for k, v in kwargs.items()}
+
+
 class _TorchMode(TorchFunctionMode):
     """Sees every call the model code makes; records them at ``level="torch"``."""
 
@@ -675,7 +1019,7 @@ class _TorchMode(TorchFunctionMode):
                 rec.dropped["attribute read"] += 1
             return func(*args, **kwargs)
         if not record:
-            return func(*args, **kwargs)
+            return _call(rec, func, args, kwargs)
         op = torch_name(func)
         try:
             # encoded before the call: in-place ops change their inputs' values (and some, shapes)
@@ -683,7 +1027,7 @@ class _TorchMode(TorchFunctionMode):
                 f"no public torch name for {getattr(func, '__qualname__', func)!r}")
         except _Unrepresentable as e:
             encoded = e
-        out = func(*args, **kwargs)
+        out = _call(rec, func, args, kwargs)
         rec.add(op or getattr(func, "__qualname__", str(func)), args, out, encoded)
         return out
 

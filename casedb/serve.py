@@ -5,12 +5,19 @@ no writes). It is served as database ``casedb`` whatever the file is called, so 
 queries and charts are the same for every DB. Pending migrations (the metric views) are applied
 and the WAL folded into the file before serving: an immutable reader sees the main file only.
 The served DB is a snapshot: restart `casedb serve` to see runs recorded after it started.
+
+Anyone who can reach the server can run any read-only SQL, so what one query can take is
+bounded: Datasette's time limit (3 s) and row limit (1000 rows per page), plus SQLite's length
+limit on one value, a cap on the bytes one query returns (:mod:`casedb.datasette_plugin`) and a
+hard limit on SQLite's heap for the whole server process. A refused query is answered 400 with
+the reason and logged as one line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import webbrowser
 from pathlib import Path
 
@@ -22,7 +29,15 @@ DB_NAME = "casedb"
 METADATA = Path(__file__).with_name("datasette_metadata.yaml")
 # suggest_facets off: suggesting facets runs a query per column, slow on million-row tables.
 # sql_time_limit_ms 3000 (default 1000): the pass-rate chart aggregates up to 30 runs.
-SETTINGS = {"suggest_facets": False, "sql_time_limit_ms": 3000}
+SETTINGS = {"suggest_facets": False, "sql_time_limit_ms": 3000, "max_returned_rows": 1000}
+# One string or blob value (SQLite's SQLITE_LIMIT_LENGTH: randomblob(900000000) fails at once
+# instead of building 900 MB). Stored values over it cannot be shown either.
+MAX_VALUE_BYTES = 64 << 20
+# Values one query may return, summed over its rows (a page of 1000 rows of 60 MB blobs).
+MAX_RESULT_BYTES = 64 << 20
+# SQLite's own memory in the server process (a row of thirty 60 MB values is built inside SQLite
+# before Python sees it). Sorts and GROUP BYs spill to temporary files long before this.
+MAX_SQLITE_HEAP = 256 << 20
 
 
 def load_metadata() -> dict:
@@ -43,6 +58,15 @@ def prepare(db_path: str | os.PathLike | None) -> Path:
         return store.path.resolve()
 
 
+def limit_sqlite_heap(limit: int = MAX_SQLITE_HEAP) -> None:
+    """Cap SQLite's heap for this whole process (a query past it fails with SQLITE_NOMEM)."""
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute(f"PRAGMA hard_heap_limit = {int(limit)}")
+    finally:
+        con.close()
+
+
 def make_datasette(path: Path):
     """A Datasette instance serving `path` immutable as database `casedb`, plugin registered."""
     from datasette.app import Datasette
@@ -58,6 +82,10 @@ def make_datasette(path: Path):
     # the time of a 1000-row page.
     if pm.has_plugin("render_markdown"):
         pm.unregister(name="render_markdown")
+    # Datasette's own error handler prints a rich traceback with locals (hundreds of lines) for
+    # every refused query; casedb's (datasette_plugin.handle_exception) logs one line.
+    if pm.has_plugin("datasette.handle_exception"):
+        pm.unregister(name="datasette.handle_exception")
     ds = Datasette([], metadata=load_metadata(), settings=SETTINGS)
     ds.add_database(Database(ds, path=str(path), is_mutable=False), name=DB_NAME)
     if "_memory" in ds.databases:  # added by Datasette when built without files: nothing to serve
@@ -71,6 +99,7 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
     import uvicorn
 
     path = prepare(db_path)
+    limit_sqlite_heap()
     ds = make_datasette(path)
     asyncio.run(ds.invoke_startup())
     url = f"http://{host}:{port}/{DB_NAME}"

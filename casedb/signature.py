@@ -20,7 +20,13 @@ Normalization (done by :mod:`casedb.casespec` before hashing):
   so the same values give the same key whatever file or manifest they came from; the file
   path is not part of the key.
 * **py literals** — re-printed in one canonical spelling (``...`` = ``Ellipsis``,
-  ``slice(None)`` = ``slice(None, None, None)``).
+  ``slice(None)`` = ``slice(None, None, None)``, ``torch.half`` = ``torch.float16``).
+* **string values** (``value:`` and keyword values) — read as a literal when they are one
+  (:func:`casedb.casespec.literal_string`, the RFC implementation's rule): the result is keyed
+  as if spelled natively (``"None"`` = ``null``, ``"[3, 64]"`` = ``[3, 64]``, ``"-inf"`` =
+  ``-.inf``), or as ``py:`` text when YAML has no spelling for it (``"(2, 64)"`` =
+  ``py: (2, 64)``); other strings stay strings. A ``dtype`` keyword ``fp16`` is
+  ``torch.float16``.
 * **numbers** — ``3`` and ``3.0`` are different values (they change result dtypes);
   ``1e-3`` and ``0.001`` are the same float.
 * **key order** — JSON objects are written with sorted keys and no whitespace; lists keep

@@ -7,9 +7,9 @@ a model, with that model's judgement), ``blobs`` (tensor values by sha256), ``ru
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -20,13 +20,10 @@ from casedb import marks as marks_mod
 from casedb.casespec import Normalized
 from casedb.errors import NotFound
 from casedb.migrations import migrations
+from casedb.serial import dumps, loads, now  # noqa: F401 (re-exported: the store's JSON and time)
 
 DEFAULT_DB = Path("data") / "casedb.sqlite"
 SHIPPED_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
-
-
-def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def model_key(name: str) -> str:
@@ -34,14 +31,21 @@ def model_key(name: str) -> str:
     return str(name).strip().lower().replace("_", "-")
 
 
-def dumps(obj) -> str | None:
-    if obj is None:
-        return None
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def db_path(path: str | os.PathLike | None = None) -> Path:
+    """The database a command uses: ``path``, else env ``CASEDB_DB``, else data/casedb.sqlite."""
+    return Path(path or os.environ.get("CASEDB_DB") or DEFAULT_DB)
 
 
-def loads(text):
-    return None if text is None else json.loads(text)
+def connect(path: str | os.PathLike) -> sqlite3.Connection:
+    """A connection to a casedb file, as every process opens one: explicit transactions, foreign
+    keys, a long busy timeout (runs, imports and shards write concurrently) and NORMAL sync in
+    WAL mode (a commit survives SIGKILL of the process, not a power cut; an fsync per recorded
+    case would dominate small cases)."""
+    conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
 
 
 def shape_summary(inputs: list, attrs: dict) -> str:
@@ -98,9 +102,7 @@ class Store:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(self.path)
-        self.db.execute("PRAGMA busy_timeout = 30000")
-        self.db.execute("PRAGMA foreign_keys = ON")
+        self.db = sqlite_utils.Database(connect(self.path))
         if self.db.journal_mode != "wal":
             self.db.enable_wal()
         if migrations.pending(self.db):
@@ -119,10 +121,18 @@ class Store:
 
     def save(self, models: Iterable[ModelInfo], occurrences: Iterable[Occurrence], *,
              replace_models: Iterable[str] = ()) -> dict:
-        """Store models and occurrences in one transaction; returns counts."""
+        """Store models and occurrences in one transaction; returns counts.
+
+        An occurrence is keyed by (model, name): saving it again updates that row, so its id, and
+        the history that points at it, stay. ``replace_models``: each of those models keeps only
+        the occurrences saved now; the others are deleted if no run ever judged them, else
+        *retired* (``retired_at`` set): kept for the results and judgements that name them,
+        hidden from listings and plans. Saving a retired occurrence again brings it back.
+        """
         models = list(models)
         occurrences = list(occurrences)
         stamp = now()
+        stored_name: dict[str, str] = {}  # model key -> the name the models table has
         with self.db.atomic():
             for m in models:
                 existing = self.model(m.name, missing_ok=True)
@@ -140,16 +150,16 @@ class Store:
                 else:
                     row["created_at"] = stamp
                     self.db["models"].insert(row)
-            for name in replace_models:
-                self.db.execute("DELETE FROM model_cases WHERE model = ?", [name])
+                stored_name[model_key(m.name)] = row["name"]
             new_cases = self.save_cases([o.case for o in occurrences], stamp)
             rows = []
             for o in occurrences:
                 c = o.case
                 rows.append({
-                    "model": o.model, "signature": c.signature, "name": o.name,
-                    "description": c.description, "source": o.source, "position": o.position,
-                    "count": o.count, "marks": dumps(c.marks), "dtype": c.declared_dtype,
+                    # gpt-oss in a manifest is the gpt_oss row already stored
+                    "model": stored_name.get(model_key(o.model), o.model), "signature": c.signature,
+                    "name": o.name, "description": c.description, "source": o.source, "position": o.position,
+                    "count": o.count, "marks": dumps(c.marks) if c.marks else "[]", "dtype": c.declared_dtype,
                     "rtol": c.rtol, "atol": c.atol, "skip_if": dumps(c.skip_if),
                     "expects_error": dumps(c.expects_error), "xfail": dumps(c.xfail),
                 })
@@ -165,10 +175,36 @@ class Store:
                            position=excluded.position, count=excluded.count, marks=excluded.marks,
                            dtype=excluded.dtype, rtol=excluded.rtol, atol=excluded.atol,
                            skip_if=excluded.skip_if, expects_error=excluded.expects_error,
-                           xfail=excluded.xfail""",
+                           xfail=excluded.xfail, retired_at=NULL""",
                     rows,
                 )
-        return {"new_cases": new_cases, "occurrences": len(occurrences)}
+            retired = removed = 0
+            for name in replace_models:
+                model = stored_name.get(model_key(name)) or name
+                keep = {r["name"] for r in rows if r["model"] == model}
+                r, d = self._retire_others(model, keep, stamp)
+                retired += r
+                removed += d
+        return {"new_cases": new_cases, "occurrences": len(occurrences), "retired": retired, "removed": removed}
+
+    def _retire_others(self, model: str, keep: set, stamp: str) -> tuple[int, int]:
+        """Retire `model`'s current occurrences not named in `keep`; delete those of them that no
+        result or judgement refers to. Returns (retired, deleted)."""
+        gone = [i for i, name in self.db.execute(
+            "SELECT id, name FROM model_cases WHERE model = ? AND retired_at IS NULL", [model]) if name not in keep]
+        for i in range(0, len(gone), 900):
+            chunk = gone[i:i + 900]
+            self.db.execute(f"UPDATE model_cases SET retired_at = ? WHERE id IN ({','.join('?' * len(chunk))})",
+                            [stamp, *chunk])
+        if not gone:
+            return 0, 0
+        # One pass over each history table (no index on results.model_case_id).
+        deleted = self.db.execute(
+            """DELETE FROM model_cases WHERE model = ? AND retired_at = ?
+                 AND id NOT IN (SELECT model_case_id FROM judgements WHERE model_case_id IS NOT NULL)
+                 AND id NOT IN (SELECT model_case_id FROM results WHERE model_case_id IS NOT NULL)""",
+            [model, stamp]).rowcount
+        return len(gone) - deleted, deleted
 
     def save_cases(self, cases: Iterable[Normalized], stamp: str | None = None) -> int:
         """Insert cases (and their blobs) not stored yet; returns how many were new."""
@@ -220,7 +256,7 @@ class Store:
         q = """SELECT m.name, m.family, m.variant_of, m.source, m.description, m.defaults,
                       count(mc.id) AS cases, count(DISTINCT mc.signature) AS unique_cases,
                       coalesce(sum(mc.count), 0) AS calls, count(DISTINCT c.op) AS ops
-               FROM models m LEFT JOIN model_cases mc ON mc.model = m.name
+               FROM models m LEFT JOIN model_cases mc ON mc.model = m.name AND mc.retired_at IS NULL
                LEFT JOIN cases c ON c.signature = mc.signature
                GROUP BY m.name ORDER BY m.name"""
         out = []
@@ -254,28 +290,35 @@ class Store:
         return out
 
     def find(self, name_or_signature: str) -> list[dict]:
-        """Occurrences whose case name or signature (prefix, ≥ 6 hex digits) matches."""
+        """Occurrences whose case name or signature (prefix, ≥ 6 hex digits) matches; retired
+        occurrences (``import --replace``) only when nothing current does, so a command from an
+        old report still finds its case."""
         text = name_or_signature.strip()
         rows = []
-        if len(text) >= 6 and all(ch in "0123456789abcdef" for ch in text.lower()):
-            rows = [r for r in self._occ_where("mc.signature LIKE ?", [text.lower() + "%"])]
-        if not rows:
-            rows = self._occ_where("mc.name = ?", [text])
-        if not rows and "::" in text:
-            model, _, name = text.partition("::")
-            m = self.model(model, missing_ok=True)
-            if m:
-                rows = self._occ_where("mc.model = ? AND mc.name = ?", [m["name"], name])
+        for retired in (False, True):
+            if len(text) >= 6 and all(ch in "0123456789abcdef" for ch in text.lower()):
+                rows = self._occ_where("mc.signature LIKE ?", [text.lower() + "%"], retired=retired)
+            if not rows:
+                rows = self._occ_where("mc.name = ?", [text], retired=retired)
+            if not rows and "::" in text:
+                model, _, name = text.partition("::")
+                m = self.model(model, missing_ok=True)
+                if m:
+                    rows = self._occ_where("mc.model = ? AND mc.name = ?", [m["name"], name], retired=retired)
+            if rows:
+                break
         if not rows:
             raise NotFound(f"no case named {text!r} and no signature starting with it; try: casedb cases -k {text}")
         return rows
 
-    def _occ_where(self, cond: str, params: list) -> list[dict]:
+    def _occ_where(self, cond: str, params: list, *, retired: bool = False) -> list[dict]:
+        """Occurrences matching `cond`: current ones, or with `retired` the retired ones only."""
+        state = "mc.retired_at IS NOT NULL" if retired else "mc.retired_at IS NULL"
         q = f"""SELECT mc.id, mc.model, mc.name, c.op, mc.signature, c.shapes, c.dtype, c.seed,
                        c.inputs, c.attrs, c.marks AS derived_marks, mc.marks AS own_marks,
                        mc.description, mc.source, mc.count, mc.rtol, mc.atol, mc.dtype AS declared_dtype,
                        mc.skip_if, mc.expects_error, mc.xfail, mc.position
-                FROM model_cases mc JOIN cases c ON c.signature = mc.signature WHERE {cond}
+                FROM model_cases mc JOIN cases c ON c.signature = mc.signature WHERE ({cond}) AND {state}
                 ORDER BY mc.model, mc.position, mc.id"""
         return [decode_occurrence(r) for r in self.db.query(q, params)]
 
@@ -297,16 +340,17 @@ class Store:
     def stats(self) -> dict:
         one = lambda q: self.db.execute(q).fetchone()[0]  # noqa: E731
         cases = one("SELECT count(*) FROM cases")
-        occurrences = one("SELECT count(*) FROM model_cases")
+        occurrences = one("SELECT count(*) FROM model_cases WHERE retired_at IS NULL")
         return {
             "models": one("SELECT count(*) FROM models"),
             "cases": cases,
             "occurrences": occurrences,
             "duplicates": occurrences - cases if occurrences else 0,
             "cross_model_cases": one(
-                "SELECT count(*) FROM (SELECT signature FROM model_cases GROUP BY signature HAVING count(DISTINCT model) > 1)"),
+                "SELECT count(*) FROM (SELECT signature FROM model_cases WHERE retired_at IS NULL"
+                " GROUP BY signature HAVING count(DISTINCT model) > 1)"),
             "ops": one("SELECT count(DISTINCT op) FROM cases"),
-            "calls": one("SELECT coalesce(sum(count), 0) FROM model_cases"),
+            "calls": one("SELECT coalesce(sum(count), 0) FROM model_cases WHERE retired_at IS NULL"),
             "blobs": one("SELECT count(*) FROM blobs"),
             "runs": one("SELECT count(*) FROM runs"),
             "results": one("SELECT count(*) FROM results"),
@@ -323,9 +367,7 @@ def decode_occurrence(r: dict) -> dict:
 def open_store(path: str | os.PathLike | None = None) -> Store:
     """Open the DB at `path` (default data/casedb.sqlite). A new default DB is filled from the
     shipped manifests, so `casedb run --model granite4h` works on a fresh clone."""
-    if path is None:
-        path = os.environ.get("CASEDB_DB") or DEFAULT_DB
-    path = Path(path)
+    path = db_path(path)
     fresh = not path.exists()
     store = Store(path)
     if fresh and path.resolve() == DEFAULT_DB.resolve():

@@ -11,19 +11,29 @@ values the scanner saw under the private key ``_values`` (only small CPU control
 a rule may turn them into ``init: data``. :func:`strip_values` removes the key afterwards.
 
 To add a rule: write ``f(call)`` and register it with ``@rule("torch.x", "torch.ops.aten.x")``.
-An ATen rule registered without an overload (``torch.ops.aten.gather``) covers every overload.
+An ATen rule registered without an overload (``torch.ops.aten.gather``) covers every overload;
+``torch.x_`` and ``operator.x`` spellings find the ``torch.Tensor.x_`` / ``torch.x`` rule.
+
+The same rules check a stored case: :func:`problems` lists the index inputs whose values can
+fall outside the range a rule would give them (e.g. ``randint`` up to 1000 into a dim of 32),
+without changing anything — the case's own fault, not the backend's. It hears the valid range
+through ``_randint``/``_index_into``; a rule that picks index values itself (``_index_copy``)
+calls ``_index_into`` instead while ``_RECORD`` is set.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from contextvars import ContextVar
 from typing import Callable
 
 from casedb import dtypes
 
 VALUES = "_values"
 RULES: dict[str, Callable] = {}
+# Set by problems(): the rules' index constraints are collected here instead of applied.
+_RECORD: ContextVar[list | None] = ContextVar("casedb_valid_inputs_record", default=None)
 
 
 def rule(*ops: str):
@@ -64,11 +74,28 @@ class Call:
         return default
 
 
+def reads_values(fn):
+    """Mark a rule that uses the values the scanner captured (``VALUES``): the scanner captures
+    values only for the ops of such rules."""
+    fn.reads_values = True
+    return fn
+
+
+def wants_values(op: str) -> bool:
+    """Whether the rule for `op` uses captured values."""
+    return getattr(rule_for(op), "reads_values", False)
+
+
 def rule_for(op: str) -> Callable | None:
     if op in RULES:
         return RULES[op]
     if op.startswith("torch.ops."):  # torch.ops.aten.gather.default -> torch.ops.aten.gather
         return RULES.get(op.rsplit(".", 1)[0])
+    parts = op.split(".")
+    if len(parts) == 2 and parts[0] in ("operator", "_operator"):  # operator.__getitem__ -> torch.getitem
+        return RULES.get("torch." + parts[1].strip("_"))
+    if len(parts) == 2 and parts[0] == "torch":  # torch.scatter_ (a Tensor method) -> torch.Tensor.scatter_
+        return RULES.get("torch.Tensor." + parts[1])
     return None
 
 
@@ -93,6 +120,103 @@ def strip_values(case: dict) -> dict:
     return case
 
 
+# ---------------------------------------------------------------------------------- checking
+
+def problems(case: dict) -> list[str]:
+    """Why a case's index inputs are invalid for its op: one message per input (pure).
+
+    ``case`` is normalized (``op``, ``inputs``, ``attrs``, as stored). An integer input that a
+    rule constrains is a problem when the values its init can produce leave the valid range:
+    [0, size) of the indexed dim — [-size, size) for ops that accept negative indices
+    (indexing, ``take_along_dim``, ``index_fill``). Values given as data or a file are the
+    model's own and are not checked.
+    """
+    fn = rule_for(case["op"])
+    if fn is None:
+        return []
+    work = copy.deepcopy({"op": case["op"], "inputs": case.get("inputs") or [], "attrs": case.get("attrs") or {}})
+    record: list = []
+    token = _RECORD.set(record)
+    try:
+        fn(Call(work))
+    except (KeyError, IndexError, TypeError, ValueError):  # a call the rule cannot read: nothing to say
+        return []
+    finally:
+        _RECORD.reset(token)
+    negative_ok = fn in (_getitem, _aten_index, _take_along_dim) or "index_fill" in case["op"]
+    out = []
+    for spec, low, high, indexed in record:
+        try:
+            if spec is None or not _is_integer(spec):
+                continue
+        except dtypes.UnknownDtype:
+            continue
+        values = _value_range(spec)
+        if values is None:
+            continue
+        lo, hi = values
+        valid_lo = -high if negative_ok and low == 0 else low
+        if valid_lo <= lo and hi < high:
+            continue
+        what = f"{_path(work, spec)} ({_describe_init(spec)})"
+        if indexed is not None:
+            target, dim = indexed
+            where = f"it indexes dim {dim} (size {high}) of {_path(work, target)}"
+        else:
+            where = f"for {case['op']}"
+        out.append(f"{what} must lie in [{valid_lo}, {high}): {where}; "
+                   f"give it init_args {{low: {max(low, 0)}, high: {high}}}")
+    return out
+
+
+def _path(case: dict, spec) -> str:
+    for i, item in enumerate(case["inputs"]):
+        if isinstance(item, dict):
+            if item.get("tensor") is spec:
+                return f"inputs[{i}]"
+            for j, t in enumerate(item.get("tensor_list") or []):
+                if t is spec:
+                    return f"inputs[{i}][{j}]"
+    for k, item in case["attrs"].items():
+        if isinstance(item, dict) and item.get("tensor") is spec:
+            return f"attrs.{k}"
+    return "an input"
+
+
+def _value_range(spec: dict) -> tuple[int, int] | None:
+    """(smallest, largest) value an integer tensor spec can hold; None when the values are given."""
+    if math.prod(spec.get("shape") or []) == 0 and spec.get("shape"):
+        return None
+    init = spec.get("init") or "randint"
+    args = spec.get("init_args") or {}
+    if init == "randint":
+        low = args.get("low", 0)
+        return int(low), int(args.get("high", 10)) - 1
+    if init in ("rand", "randn"):
+        return 0, 9  # integer tensors draw randint [0, 10) (casedb.materialize)
+    if init == "uniform":
+        low = math.floor(args.get("low", 0.0))
+        return low, max(math.ceil(args.get("high", 1.0)), low + 1) - 1
+    if init in ("zeros", "ones"):
+        return (0, 0) if init == "zeros" else (1, 1)
+    if init == "arange":
+        start, step = args.get("start", 0), args.get("step", 1)
+        last = start + step * (math.prod(spec.get("shape") or []) - 1)
+        return math.floor(min(start, last)), math.ceil(max(start, last))
+    return None  # data, file: the model's own values
+
+
+def _describe_init(spec: dict) -> str:
+    init = spec.get("init") or "randint"
+    args = spec.get("init_args") or {}
+    if init == "randint":
+        return f"{spec['dtype']} randint in [{args.get('low', 0)}, {args.get('high', 10)})"
+    if init == "arange":
+        lo, hi = _value_range(spec)
+        return f"{spec['dtype']} arange {lo}..{hi}"
+    return f"{spec['dtype']} {init}"
+
+
 # ----------------------------------------------------------------------------- constraints
 
 def _is_integer(spec: dict | None) -> bool:
@@ -102,6 +226,10 @@ def _is_integer(spec: dict | None) -> bool:
 
 def _randint(spec: dict | None, low: int, high: int) -> None:
     """Integer values in [low, high), unless the spec already chose its values."""
+    record = _RECORD.get()
+    if record is not None:
+        record.append((spec, int(low), max(int(high), int(low) + 1), None))
+        return
     if spec is None or "init" in spec or not _is_integer(spec):
         return
     spec.pop(VALUES, None)
@@ -124,6 +252,10 @@ def _index_into(index: dict | None, target: dict | None, dim) -> None:
     """Index values valid along `dim` of `target` (negative indices are valid too; we stay >= 0)."""
     size = _dim_size(target, dim)
     if size:
+        record = _RECORD.get()
+        if record is not None:
+            record.append((index, 0, size, (target, dim)))
+            return
         _randint(index, 0, size)
 
 
@@ -146,13 +278,36 @@ def _aten_embedding(c: Call):
 @rule("torch.index_select", "torch.Tensor.index_select", "torch.ops.aten.index_select",
       "torch.index_add", "torch.Tensor.index_add", "torch.Tensor.index_add_", "torch.ops.aten.index_add",
       "torch.ops.aten.index_add_",
-      "torch.index_copy", "torch.Tensor.index_copy", "torch.Tensor.index_copy_", "torch.ops.aten.index_copy",
-      "torch.ops.aten.index_copy_",
       "torch.index_fill", "torch.Tensor.index_fill", "torch.Tensor.index_fill_", "torch.ops.aten.index_fill",
       "torch.ops.aten.index_fill_")
 def _dim_index(c: Call):
     # (self, dim, index, ...)
     _index_into(c.tensor(2, "index"), c.tensor(0, "input") or c.tensor(0, "self"), c.value(1, "dim"))
+
+
+@rule("torch.index_copy", "torch.Tensor.index_copy", "torch.Tensor.index_copy_", "torch.ops.aten.index_copy",
+      "torch.ops.aten.index_copy_")
+@reads_values
+def _index_copy(c: Call):
+    """(self, dim, index, source): distinct positions along ``dim`` — a static KV cache writes each
+    new token once. With a repeated index the result depends on which write lands last, so a
+    device could differ from the reference for no fault of its own. The first positions, in order
+    (the real cache positions depend on how full the cache is)."""
+    index, target = c.tensor(2, "index"), c.tensor(0, "input") or c.tensor(0, "self")
+    if _RECORD.get() is not None:  # problems() asks for the valid range, not for this rule's choice
+        return _index_into(index, target, c.value(1, "dim"))
+    size = _dim_size(target, c.value(1, "dim"))
+    if index is None or "init" in index or not _is_integer(index) or not size or len(index["shape"]) > 1:
+        return
+    count = index["shape"][0] if index["shape"] else 1
+    if count > size:
+        return  # more writes than positions: no distinct choice exists, leave the case as recorded
+    values = index.pop(VALUES, None)
+    if isinstance(values, list) and len(set(values)) == len(values) and all(0 <= v < size for v in values):
+        index["init"] = "data"
+        index["data"] = values
+    else:
+        index["init"] = "arange"
 
 
 @rule("torch.gather", "torch.Tensor.gather", "torch.ops.aten.gather",
@@ -180,8 +335,19 @@ def _take_along_dim(c: Call):
 
 @rule("torch.getitem", "torch.setitem")
 def _getitem(c: Call):
-    # x[idx] / x[idx] = v with an integer tensor idx addresses dim 0
-    _index_into(c.tensor(1), c.tensor(0), 0)
+    # x[idx] / x[idx] = v with an integer tensor idx addresses dim 0; x[i0, i1, ...] (a tuple of
+    # tensors, e.g. a padding mask read at broadcast batch and position indices) addresses dims 0, 1, ...
+    target, item = c.tensor(0), c.item(1)
+    mask = c.tensor(1)
+    if mask is not None and mask.get("dtype") == "bool":  # a random mask can select all or nothing
+        _alternating(mask)
+        return
+    if isinstance(item, dict) and "tensor_list" in item:
+        for dim, spec in enumerate(item["tensor_list"]):
+            if spec is not None and spec.get("dtype") != "bool":
+                _index_into(spec, target, dim)
+        return
+    _index_into(c.tensor(1), target, 0)
 
 
 @rule("torch.ops.aten.index", "torch.ops.aten._unsafe_index", "torch.ops.aten.index_put",
@@ -238,6 +404,7 @@ def _grouped_mm(c: Call):
 
 @rule("torch.Tensor.masked_scatter", "torch.Tensor.masked_scatter_", "torch.masked_scatter",
       "torch.ops.aten.masked_scatter", "torch.ops.aten.masked_scatter_")
+@reads_values
 def _masked_scatter(c: Call):
     """The mask may select at most as many elements as ``source`` has: the real mask when the
     scanner saw it, else all False when a random mask could select too many."""
@@ -271,8 +438,12 @@ def _broadcast(a: list, b: list) -> list:
       "torch.remainder", "torch.Tensor.remainder", "torch.fmod", "torch.Tensor.fmod",
       "torch.ops.aten.floor_divide", "torch.ops.aten.remainder", "torch.ops.aten.fmod")
 def _integer_divisor(c: Call):
-    # integer division by zero raises (floating division gives inf): divisors in [1, 10)
+    # integer division by zero raises (floating division gives inf): divisors in [1, 10); a
+    # dividend below a literal divisor makes every quotient 0: dividends reach 10 quotients
     _nonzero_int(c.tensor(1, "other"))
+    divisor = c.value(1, "other")
+    if isinstance(divisor, int) and not isinstance(divisor, bool) and abs(divisor) > 1:
+        _informative(c.tensor(0), "randint", {"low": 0, "high": 10 * abs(divisor)})
 
 
 @rule("torch.Tensor.__rfloordiv__", "torch.Tensor.__rmod__")
@@ -291,6 +462,103 @@ def _nonzero_int(spec: dict | None) -> None:
         spec.pop(VALUES, None)
         spec["init"] = "randint"
         spec["init_args"] = {"low": 1, "high": 10}
+
+
+# ------------------------------------------------------------------------ informative values
+# A case whose reference output is all zeros or one value cannot catch a bug: a target returning
+# that passes (execute.Execution.vacuous). Random values make some calls so: a comparison with a
+# literal the random values never reach, a mask ANDed with a random 0-d False, a floor division
+# by 10 of values below 10. These rules choose values that make the output depend on the inputs;
+# they do not constrain validity, so problems() ignores them.
+
+_MASK_DATA_LIMIT = 4096  # masks up to this many elements get written-out values
+
+
+def _informative(spec: dict | None, init: str, init_args: dict | None = None, data: list | None = None) -> None:
+    if _RECORD.get() is not None or spec is None or "init" in spec:
+        return
+    spec.pop(VALUES, None)
+    spec["init"] = init
+    if init_args:
+        spec["init_args"] = init_args
+    if data is not None:
+        spec["data"] = data
+
+
+def _numel(spec: dict) -> int:
+    return math.prod(spec["shape"])
+
+
+def _alternating(mask: dict) -> None:
+    """True, False, True ...: a mask that selects some and leaves some."""
+    n = _numel(mask)
+    if 2 <= n <= _MASK_DATA_LIMIT:
+        _informative(mask, "data", data=[i % 2 == 0 for i in range(n)])
+
+
+def _operands(c: Call) -> tuple:
+    return c.tensor(0, "input") or c.tensor(0, "self"), c.tensor(1, "other")
+
+
+@rule("torch.Tensor.__eq__", "torch.Tensor.eq", "torch.eq", "torch.Tensor.__ne__", "torch.Tensor.ne", "torch.ne")
+def _equality(c: Call):
+    a, b = _operands(c)
+    literal = c.value(1, "other")
+    if not _is_integer(a):
+        return
+    if isinstance(literal, int) and not isinstance(literal, bool):
+        # values around the literal: about a third are equal to it (a token id, a pad value ...)
+        if _numel(a) <= 1:
+            _informative(a, "randint", {"low": literal, "high": literal + 1})
+        else:
+            _informative(a, "randint", {"low": literal - 1, "high": literal + 2})
+    elif _is_integer(b) and min(_numel(a), _numel(b)) <= 1:
+        _informative(a, "randint", {"low": 0, "high": 3})
+        _informative(b, "randint", {"low": 0, "high": 3})
+
+
+@rule("torch.Tensor.gt", "torch.gt", "torch.Tensor.__gt__", "torch.Tensor.greater", "torch.greater",
+      "torch.Tensor.ge", "torch.ge", "torch.Tensor.__ge__", "torch.Tensor.greater_equal", "torch.greater_equal",
+      "torch.Tensor.lt", "torch.lt", "torch.Tensor.__lt__", "torch.Tensor.less", "torch.less",
+      "torch.Tensor.le", "torch.le", "torch.Tensor.__le__", "torch.Tensor.less_equal", "torch.less_equal")
+def _ordering(c: Call):
+    # a broadcast scalar against a tensor of positions: the scalar in the middle of their range
+    a, b = _operands(c)
+    if not (_is_integer(a) and _is_integer(b)) or min(_numel(a), _numel(b)) > 1 or _numel(a) == _numel(b):
+        return
+    scalar = a if _numel(a) <= 1 else b
+    _informative(scalar, "randint", {"low": 5, "high": 6})  # the default randint values are 0..9
+
+
+@rule("torch.Tensor.__and__", "torch.Tensor.__rand__", "torch.logical_and", "torch.Tensor.logical_and",
+      "torch.bitwise_and", "torch.Tensor.bitwise_and")
+def _conjunction(c: Call):
+    # a mask ANDed with a single random bool is all False half the time: the single one True
+    for spec in _operands(c):
+        if spec is not None and spec.get("dtype") == "bool" and _numel(spec) <= 1:
+            _informative(spec, "ones")
+
+
+@rule("torch.Tensor.__or__", "torch.Tensor.__ror__", "torch.logical_or", "torch.Tensor.logical_or",
+      "torch.bitwise_or", "torch.Tensor.bitwise_or")
+def _disjunction(c: Call):
+    for spec in _operands(c):
+        if spec is not None and spec.get("dtype") == "bool" and _numel(spec) <= 1:
+            _informative(spec, "zeros")
+
+
+@rule("torch.all", "torch.Tensor.all")
+def _all(c: Call):
+    # all() of random bools is False: an all-True mask (a batch without padding), so the call
+    # answers True, unless it reduces a dim (then rows alternate)
+    x = c.tensor(0, "input") or c.tensor(0, "self")
+    if x is None or x.get("dtype") != "bool":
+        return
+    if c.value(1, "dim") is None:
+        _informative(x, "ones")
+    elif x["shape"] and c.value(1, "dim") in (-1, len(x["shape"]) - 1) and _numel(x) <= _MASK_DATA_LIMIT:
+        width = x["shape"][-1]
+        _informative(x, "data", data=[not (i // width % 2 and i % width == width - 1) for i in range(_numel(x))])
 
 
 # --------------------------------------------------------------------------- reference limits

@@ -3,9 +3,10 @@ records (see README.md here); :func:`detect` picks the module for a file."""
 
 from __future__ import annotations
 
-import gzip
 import importlib
 from pathlib import Path
+
+from importers.files import read_head
 
 # name -> module; each module may define sniff(path, head: str) -> bool
 FORMATS = {
@@ -33,22 +34,12 @@ def module(name: str):
         raise UnknownFormat(f"format {name!r} is not available in this build ({e})") from None
 
 
-def read_head(path: Path, size: int = 4096) -> str:
-    """The first bytes of a file as text (transparently gunzipped)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            return f.read(size).decode("utf-8", errors="replace")
-    except (OSError, EOFError) as e:
-        raise UnknownFormat(f"{path}: cannot read: {e}") from None
-
-
 def detect(path: Path) -> str:
     """Name of the format of `path`, from its suffix and first bytes."""
     name = path.name.lower()
     if name.endswith((".yaml", ".yml")):
         return "yaml"
-    head = read_head(path)
+    head = read_head(path).decode("utf-8", errors="replace")
     stripped = head.lstrip()
     if name.endswith(".jsonl") or stripped.startswith('{"casedb_scan"'):
         return "scan"

@@ -362,13 +362,33 @@ _FIX = ("record it again with torch.profiler.ExecutionTraceObserver().register_c
         "(start/stop, or profile(execution_trace_observer=...))")
 
 
-def _group(path: str, level: str) -> list[tuple]:
+def _check_acyclic(path: str, nodes: list, up: list) -> None:
+    """Raise TraceFormatError if following parents from some node comes back to it."""
+    state = bytearray(len(nodes))  # 0 unseen, 1 on the current walk, 2 done (reaches a root)
+    for start in range(len(nodes)):
+        walk = []
+        j = start
+        while j is not None and state[j] == 0:
+            state[j] = 1
+            walk.append(j)
+            j = up[j]
+        if j is not None and state[j] == 1:
+            ring = walk[walk.index(j):]
+            ids = ", ".join(str(nodes[k].get("id")) for k in ring[:10]) + (" ..." if len(ring) > 10 else "")
+            raise TraceFormatError(
+                f"{path}: event {j} (node {nodes[j].get('id')}): ctrl_deps form a cycle of {len(ring)} nodes "
+                f"(ids {ids}); the trace is corrupt: {_FIX}")
+        for k in walk:
+            state[k] = 2
+
+
+def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
     """Decode the trace, keep the top/leaf operator nodes, group identical calls.
 
     Returns ``[(node, index, count, op_schema), ...]`` in first-call order, one node per
     distinct call, so the decoded trace can be freed before records are built.
     """
-    data = load_json(path, "Execution Trace", _FIX)
+    data = load_json(path, "Execution Trace", _FIX, max_bytes)
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list) or "schema" not in data:
         raise TraceFormatError(f"{path}: no 'schema' and 'nodes': not an Execution Trace; {_FIX}")
@@ -388,6 +408,15 @@ def _group(path: str, level: str) -> list[tuple]:
                 f"(the format before torch 2.1), which is not supported; {_FIX} with a current torch"
             )
 
+    # Parent of every node by ctrl_deps (older traces: parent). A node that is its own parent is
+    # a root (the process node of a real trace is); any longer cycle is corrupt and would
+    # make the walk below loop forever.
+    up: list = [None] * len(nodes)
+    for i, n in enumerate(nodes):
+        p = by_id.get(n.get("ctrl_deps", n.get("parent")))
+        up[i] = None if p == i else p
+    _check_acyclic(path, nodes, up)
+
     # Nearest operator ancestor of every node (None at the root); non-operators are transparent.
     memo: dict = {}
 
@@ -395,8 +424,8 @@ def _group(path: str, level: str) -> list[tuple]:
         chain = []
         j = i
         while True:
-            p = by_id.get(nodes[j].get("ctrl_deps", nodes[j].get("parent")))
-            if p is None or p == j:
+            p = up[j]
+            if p is None:
                 found = None
                 break
             if schema_of[p] is not None:
@@ -450,7 +479,7 @@ def _group(path: str, level: str) -> list[tuple]:
     return [tuple(g) for g in groups.values()]
 
 
-def parse(path, *, level: str = "top", **_options) -> Iterator[dict]:
+def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options) -> Iterator[dict]:
     """Yield casedb records for the operator calls in an Execution Trace (see module docstring).
 
     Identical calls are aggregated into one record with a ``count``; ``where`` is the first call,
@@ -461,7 +490,7 @@ def parse(path, *, level: str = "top", **_options) -> Iterator[dict]:
     path = str(path)
     with paused_gc():
         try:
-            groups = _group(path, level)
+            groups = _group(path, level, max_bytes)
         except (TypeError, AttributeError, KeyError, IndexError) as err:
             # Valid JSON in the wrong shape (a hand-edited or foreign file).
             raise TraceFormatError(f"{path}: malformed Execution Trace ({type(err).__name__}: {err}); {_FIX}") from None

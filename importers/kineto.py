@@ -38,6 +38,9 @@ import re
 import zlib
 from typing import Any, Iterator
 
+from casedb.errors import InputError
+from importers.files import read_bytes, read_head
+
 __all__ = [
     "PROFILER_DTYPES",
     "SCALAR_TYPES",
@@ -47,7 +50,6 @@ __all__ = [
     "parse",
     "sniff",
     "load_json",
-    "read_head",
     "head_bytes",
     "paused_gc",
     "kineto_args",
@@ -175,27 +177,16 @@ def tensor_input(type_name: str, shape, stride=None, storage_offset: int = 0) ->
 # ----------------------------------------------------------------------------- file reading
 
 
-def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
-
-
-def load_json(path, what: str, fix: str) -> Any:
-    """Read a ``.json`` / ``.json.gz`` file; a truncated or corrupt one raises TraceFormatError."""
+def load_json(path, what: str, fix: str, max_bytes: int | None = None) -> Any:
+    """Read a ``.json`` / ``.json.gz`` file (a regular file, size-capped: :mod:`importers.files`);
+    a truncated or corrupt one raises TraceFormatError."""
     path = str(path)
     try:
-        if _is_gzip(path):
-            with gzip.open(path, "rb") as f:
-                raw = f.read()
-        else:
-            with open(path, "rb") as f:
-                raw = f.read()
+        raw = read_bytes(path, max_bytes)
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise TraceFormatError(
             f"{path}: the gzip data is truncated or corrupt ({e}); {fix}"
         ) from None
-    except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
     try:
         return json.loads(raw)
     except json.JSONDecodeError as e:
@@ -207,20 +198,10 @@ def load_json(path, what: str, fix: str) -> Any:
         ) from None
     except UnicodeDecodeError as e:
         raise TraceFormatError(f"{path}: not a {what}: not UTF-8 text ({e.reason}); {fix}") from None
-
-
-def read_head(path, n: int = _SNIFF_BYTES) -> bytes:
-    """First ``n`` bytes of the file, decompressed if it is gzip (for format sniffing)."""
-    path = str(path)
-    try:
-        if _is_gzip(path):
-            with gzip.open(path, "rb") as f:
-                return f.read(n)
-        with open(path, "rb") as f:
-            return f.read(n)
-    except (OSError, EOFError, zlib.error):
-        # A corrupt gzip still sniffs by name; parse() reports the real problem.
-        return b""
+    except RecursionError:
+        raise TraceFormatError(f"{path}: not a {what}: JSON nested too deeply to read; {fix}") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise TraceFormatError(f"{path}: not a {what}: {e}; {fix}") from None
 
 
 _KINETO_HEAD = re.compile(rb'"traceEvents"\s*:\s*\[|"schemaVersion"\s*:')
@@ -232,7 +213,10 @@ def head_bytes(path, head) -> bytes:
     if isinstance(head, str):
         return head.encode("utf-8", "replace")
     if head[:2] == b"\x1f\x8b":
-        return read_head(path)
+        try:
+            return read_head(path)
+        except InputError:
+            return b""
     return head
 
 
@@ -401,13 +385,13 @@ class paused_gc:
             gc.enable()
 
 
-def _group(path: str, level: str) -> list[tuple]:
+def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
     """Decode the trace, keep the top/leaf operator calls, group identical ones.
 
     Returns ``[(event, index, count), ...]`` in first-occurrence order: only one event per
     distinct call survives, so the decoded trace can be freed before records are built.
     """
-    data = load_json(path, "Kineto trace", _FIX)
+    data = load_json(path, "Kineto trace", _FIX, max_bytes)
     if isinstance(data, dict):
         events = data.get("traceEvents")
         if not isinstance(events, list):
@@ -504,10 +488,11 @@ def _group(path: str, level: str) -> list[tuple]:
     return [tuple(g) for g in groups.values()]
 
 
-def parse(path, *, level: str = "top", **_options) -> Iterator[dict]:
+def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options) -> Iterator[dict]:
     """Yield casedb records for the operator calls in a Kineto trace (see module docstring).
 
     level: "top" keeps the outermost operator of each nest, "leaf" the innermost ones.
+    max_bytes: cap on the (decompressed) file size, default ``importers.files.MAX_INPUT_BYTES``.
     Identical calls are aggregated into one record whose ``count`` is the number of calls and
     whose ``where`` is the first of them (``<path>:event <index in traceEvents>``).
     """
@@ -516,7 +501,7 @@ def parse(path, *, level: str = "top", **_options) -> Iterator[dict]:
     path = str(path)
     with paused_gc():
         try:
-            groups = _group(path, level)
+            groups = _group(path, level, max_bytes)
         except (TypeError, AttributeError, KeyError, IndexError) as err:
             # Valid JSON in the wrong shape (a hand-edited or foreign file).
             raise TraceFormatError(f"{path}: malformed Kineto trace ({type(err).__name__}: {err}); {_FIX}") from None

@@ -23,10 +23,13 @@ shapes/dtypes/strides (tensor values, storage offsets and ``init`` are not part 
 from __future__ import annotations
 
 import ast
+import gzip
 import math
 import re
+import zlib
 from typing import Any, Iterable, Iterator, TextIO
 
+from .files import read_bytes
 from .kineto import TraceFormatError, contiguous, value_input
 
 __all__ = ["parse", "write", "sniff", "DTYPE_CODES"]
@@ -202,19 +205,20 @@ def _form(v) -> dict:
     return value_input(_plain(v))
 
 
-def parse(path, *, symbols: dict[str, int] | None = None, **_options) -> Iterator[dict]:
+def parse(path, *, symbols: dict[str, int] | None = None, max_bytes: int | None = None,
+          **_options) -> Iterator[dict]:
     """Yield casedb records for an operator_inp_logs file (one per ``cnt`` line).
 
     symbols: values for symbolic sizes (``{"s0": 128}``) of dynamic-shape logs.
+    max_bytes: cap on the file size, default ``importers.files.MAX_INPUT_BYTES``.
     """
     path = str(path)
     fix = "each call is 'cnt: <n>, ((<args>), {<kwargs>})' under an 'Operator: <ns>.<op>.<overload>' line"
     reader = _Reader(dict(symbols or {}))
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read the operator log: {e.strerror or e}") from None
+        lines = read_bytes(path, max_bytes).decode("utf-8").splitlines()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise TraceFormatError(f"{path}: the gzip data is truncated or corrupt ({e})") from None
     except UnicodeDecodeError as e:
         raise TraceFormatError(f"{path}: not an operator_inp_logs text file (not UTF-8: {e.reason})") from None
 

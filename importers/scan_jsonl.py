@@ -3,13 +3,20 @@
 Line 1 is the header ``{"casedb_scan": 1, "model": ..., "level": ..., "phase": ..., ...}``; it
 becomes the ``model`` record. Every further line is already a record (``case`` or ``skipped``,
 see README.md); this parser checks its shape, fills in the model name and passes it on.
+
+A scan of a recipe with a matrix adds ``paths`` / ``path_stats`` to the header and a ``paths``
+list to each record (which paths made the call; the description's ``Paths:`` line says the
+same). Both are optional: files without them read as before.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Iterator
+
+from importers import files
 
 FORMAT_VERSION = 1
 HEADER_KEYS = ("model", "level", "phase")
@@ -20,14 +27,22 @@ def sniff(path: Path, head: str) -> bool:
     return head.lstrip().startswith('{"casedb_scan"')
 
 
-def parse(path) -> Iterator[dict]:
+def _json(line: str, path: Path, number: int):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{number}: not JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path}:{number}: JSON nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ValueError(f"{path}:{number}: {e}") from None
+
+
+def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
     path = Path(path)
-    with open(path, encoding="utf-8") as f:
+    with io.TextIOWrapper(files.open_capped(path, max_bytes), encoding="utf-8") as f:
         first = f.readline()
-        try:
-            header = json.loads(first) if first.strip() else None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:1: the header is not JSON ({e.msg})") from None
+        header = _json(first, path, 1) if first.strip() else None
         if not isinstance(header, dict) or "casedb_scan" not in header:
             raise ValueError(f"{path}:1: not a casedb scan file (the first line must be the "
                              '{"casedb_scan": 1, ...} header that `casedb scan` writes)')
@@ -44,10 +59,7 @@ def parse(path) -> Iterator[dict]:
         for number, line in enumerate(f, start=2):
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not JSON ({e.msg})") from None
+            rec = _json(line, path, number)
             kind = rec.get("type") if isinstance(rec, dict) else None
             if kind not in RECORD_TYPES:
                 raise ValueError(f"{path}:{number}: a record must have type {' or '.join(RECORD_TYPES)}, got {kind!r}")
@@ -56,4 +68,6 @@ def parse(path) -> Iterator[dict]:
                     raise ValueError(f"{path}:{number}: a case record needs a 'case' mapping")
                 rec["model"] = rec.get("model") or model
                 rec.setdefault("where", f"{path}:{number}")
+                if not isinstance(rec.get("paths", []), list):
+                    raise ValueError(f"{path}:{number}: 'paths' must be a list of path names")
             yield rec

@@ -3,21 +3,56 @@
 Also what the RFC's own implementation writes: ``defaults:`` for ``default:``, and the
 ``<model>-<backend>.yaml`` naming of backend-specific variants (``gpt_oss-spyre.yaml`` is the
 model ``gpt_oss-spyre``, a variant of ``gpt_oss``).
+
+A manifest is untrusted input. It is read as ``yaml.SafeLoader`` reads it, but built straight
+from libyaml's events (fast, and without PyYAML's node graph) within bounds on nesting, alias
+expansion and integer length; tags other than the plain ones are refused; nothing is executed.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Iterator
 
 import yaml
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, MappingEndEvent, ScalarEvent, SequenceEndEvent, SequenceStartEvent, StreamEndEvent
+from yaml.nodes import ScalarNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from casedb.errors import InputError
+from importers import files
+
+try:
+    from yaml.cyaml import CParser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    CParser = None
 
 TOP_KEYS = ("model", "default", "defaults", "description", "family", "variant_of", "cases")
 # File-name suffixes that mark a backend-specific variant manifest.
 BACKEND_SUFFIXES = ("spyre", "cuda", "cpu", "xpu", "mps", "hpu", "rocm", "inductor", "npu", "tpu")
+
+
+# Bounds on what a manifest may make the loader build (a manifest is untrusted input):
+# nesting depth (legitimate manifests nest < 20 deep; deeper exhausts Python's recursion), and
+# what aliases may add by expansion: ALIAS_BASE nodes plus ALIAS_RATIO per node written in the
+# file (a 600-byte "billion laughs" file otherwise expands to gigabytes).
+MAX_DEPTH = 64
+ALIAS_BASE = 10_000
+ALIAS_RATIO = 10
+# Integers longer than this are refused (a 64-bit value has at most 20 digits; Python refuses
+# to read more than 4300, and sexagesimal 1:2:...:9 literals grow without that limit).
+MAX_INT_CHARS = 100
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+_MISS, _TEXT = object(), object()
+_CACHED_CHARS = 64
+_IMMUTABLE = (int, float, bool, type(None))
 
 
 class Located(dict):
@@ -26,36 +61,250 @@ class Located(dict):
     line: int | None = None
 
 
-class _Loader(yaml.SafeLoader):
-    pass
+class _Refused(Exception):
+    """The document is refused at ``mark`` (a bound crossed, or what PyYAML's composer and
+    constructor would refuse)."""
+
+    def __init__(self, message: str, mark):
+        super().__init__(message)
+        self.message = message
+        self.mark = mark
 
 
-def _construct_mapping(loader, node):
-    loader.flatten_mapping(node)
-    m = Located(loader.construct_pairs(node, deep=True))
-    m.line = node.start_mark.line + 1
-    return m
+class _Builder:
+    """Python objects straight from parser events: what ``yaml.load(text, SafeLoader)`` gives
+    (mappings as :class:`Located`), without PyYAML's node graph, whose nodes and marks took
+    most of the time and memory of a large manifest, and within the bounds above.
+
+    Mixed into a loader class that provides the parser (``get_event`` ...), ``resolve`` and
+    SafeConstructor's scalar constructors.
+    """
+
+    def _init_builder(self, check_surrogates: bool):
+        self._anchors: dict = {}   # anchor -> (object, nodes it expands to, collection height)
+        self._open: set = set()    # anchors of collections being built (an alias to one is recursive)
+        self._nodes = 0            # nodes written in the file
+        self._expanded = 0         # nodes added by alias expansion
+        self._deepest = 0          # deepest collection level reached (for an anchored height)
+        self._surrogates = check_surrogates
+        self._plain: dict = {}     # plain scalar text -> its object (_TEXT: the text itself)
+
+    def build_document(self):
+        self.get_event()  # stream start
+        if self.check_event(StreamEndEvent):
+            return None
+        self.get_event()  # document start
+        obj = self._node(self.get_event(), 0)
+        self.get_event()  # document end
+        if not self.check_event(StreamEndEvent):
+            raise _Refused("expected a single document in the stream, but found another", self.peek_event().start_mark)
+        return obj
+
+    def _node(self, ev, depth: int):
+        """The object of the node that starts with event `ev`, at collection level `depth`."""
+        cls = ev.__class__
+        if cls is ScalarEvent:
+            self._nodes += 1
+            obj = self._scalar(ev)
+            if ev.anchor is not None:
+                self._anchor(ev, obj, 1, 0)
+            return obj
+        if cls is AliasEvent:
+            return self._alias(ev, depth)
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise _Refused(f"nested deeper than {MAX_DEPTH} levels; a manifest needs far fewer", ev.start_mark)
+        if depth > self._deepest:
+            self._deepest = depth
+        anchor = ev.anchor
+        if anchor is not None:
+            if anchor in self._anchors or anchor in self._open:
+                raise _Refused(f"found duplicate anchor &{anchor}", ev.start_mark)
+            self._open.add(anchor)
+            before = (self._nodes, self._expanded, self._deepest)
+            self._deepest = depth
+        self._nodes += 1
+        if cls is SequenceStartEvent:
+            self._collection_tag(ev, _SEQ)
+            obj = []
+            get = self.get_event
+            while True:
+                item = get()
+                if item.__class__ is SequenceEndEvent:
+                    break
+                obj.append(self._node(item, depth))
+        else:
+            self._collection_tag(ev, _MAP)
+            obj = self._mapping(ev, depth)
+        if anchor is not None:
+            nodes, expanded, deepest = before
+            size = self._nodes - nodes + self._expanded - expanded
+            height = self._deepest - depth + 1
+            self._deepest = max(deepest, self._deepest)
+            self._open.discard(anchor)
+            self._anchor(ev, obj, size, height)
+        return obj
+
+    def _mapping(self, ev, depth: int) -> Located:
+        obj = Located()
+        obj.line = ev.start_mark.line + 1
+        merged = None
+        get = self.get_event
+        while True:
+            kev = get()
+            cls = kev.__class__
+            if cls is MappingEndEvent:
+                break
+            if cls is ScalarEvent and kev.tag is None and kev.implicit[0] and kev.value in ("<<", "="):
+                self._nodes += 1
+                if kev.value == "<<":
+                    merged = (merged or []) + self._merge(self._node(get(), depth), kev.start_mark)
+                    continue
+                key = "="  # YAML's "value" key: PyYAML reads it as the string "="
+            else:
+                key = self._node(kev, depth)
+            try:
+                hash(key)
+            except TypeError:
+                raise _Refused("found an unhashable key (a list or mapping used as a key)", kev.start_mark) from None
+            obj[key] = self._node(get(), depth)
+        if merged is None:
+            return obj
+        out = Located(merged)  # merged first, explicit keys override (PyYAML's order)
+        out.update(obj)
+        out.line = obj.line
+        return out
+
+    @staticmethod
+    def _merge(value, mark) -> list:
+        if isinstance(value, dict):
+            return list(value.items())
+        if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            return [kv for v in reversed(value) for kv in v.items()]  # earlier mappings win
+        raise _Refused("a merge key (<<) takes a mapping or a list of mappings", mark)
+
+    @staticmethod
+    def _collection_tag(ev, default: str) -> None:
+        if ev.tag not in (None, "!", default):
+            raise _Refused(f"the YAML tag {ev.tag} is not used in manifests; write a plain "
+                           f"{'list' if default == _SEQ else 'mapping'}", ev.start_mark)
+
+    def _scalar(self, ev):
+        tag = ev.tag
+        value = ev.value
+        if tag is None:
+            if not ev.implicit[0]:  # quoted: always text
+                return self._text(ev)
+            # Plain scalars repeat (keys, dtypes, small numbers): resolve and construct each once.
+            hit = self._plain.get(value, _MISS)
+            if hit is not _MISS:
+                return value if hit is _TEXT else hit
+        if tag is None or tag == "!":
+            tag = self.resolve(ScalarNode, value, ev.implicit)
+        if tag == _STR:
+            if ev.tag is None and len(value) <= _CACHED_CHARS:
+                self._plain[value] = _TEXT
+            return self._text(ev)
+        node = ScalarNode(tag, value, ev.start_mark, ev.end_mark, style=ev.style)
+        obj = self.yaml_constructors.get(tag, self.yaml_constructors[None])(self, node)
+        if ev.tag is None and len(value) <= _CACHED_CHARS and obj.__class__ in _IMMUTABLE:
+            self._plain[value] = obj
+        return obj
+
+    def _text(self, ev) -> str:
+        if self._surrogates:
+            hit = _SURROGATE.search(ev.value)
+            if hit:
+                raise _Refused(f"text holds the lone surrogate \\u{ord(hit.group()):04x}, which is not a "
+                               "Unicode character; fix the escape", ev.start_mark)
+        return ev.value
+
+    def _anchor(self, ev, obj, size: int, height: int) -> None:
+        if ev.anchor in self._anchors:
+            raise _Refused(f"found duplicate anchor &{ev.anchor}", ev.start_mark)
+        self._anchors[ev.anchor] = (obj, size, height)
+
+    def _alias(self, ev, depth: int):
+        if ev.anchor in self._open:
+            raise _Refused(f"alias *{ev.anchor} refers to a node that contains it (a recursive structure); "
+                           "write the values out", ev.start_mark)
+        hit = self._anchors.get(ev.anchor)
+        if hit is None:
+            raise _Refused(f"found undefined alias *{ev.anchor}", ev.start_mark)
+        obj, size, height = hit
+        self._expanded += size
+        if depth + height > MAX_DEPTH:
+            raise _Refused(f"alias *{ev.anchor} nests the document deeper than {MAX_DEPTH} levels", ev.start_mark)
+        if depth + height > self._deepest:
+            self._deepest = depth + height
+        if self._expanded > ALIAS_BASE + ALIAS_RATIO * self._nodes:
+            raise _Refused(f"aliases expand to more than {ALIAS_BASE:,} + {ALIAS_RATIO} x the {self._nodes:,} "
+                           "nodes written so far (an alias bomb?); write the values out or use fewer aliases",
+                           ev.start_mark)
+        return obj
 
 
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+def _construct_int(loader, node):
+    text = node.value
+    if len(text) > MAX_INT_CHARS:
+        raise _Refused(f"integer {text[:20]}... has {len(text):,} characters; at most {MAX_INT_CHARS} are "
+                       "accepted (a 64-bit value has at most 20 digits)", node.start_mark)
+    return SafeConstructor.construct_yaml_int(loader, node)
 
 
-def sniff(path: Path, head: str) -> bool:
-    return path.suffix.lower() in (".yaml", ".yml")
+class _PyLoader(_Builder, Reader, Scanner, Parser, SafeConstructor, Resolver):
+    """PyYAML's pure-Python parser and the builder above (for a PyYAML built without libyaml)."""
+
+    def __init__(self, stream):
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self._init_builder(check_surrogates=True)
 
 
-def load(path: Path):
+_PyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Loader = _PyLoader
+
+if CParser is not None:
+    class _CLoader(_Builder, CParser, SafeConstructor, Resolver):
+        """libyaml's parser (fast; it refuses surrogate escapes itself) and the builder above."""
+
+        def __init__(self, stream):
+            CParser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            self._init_builder(check_surrogates=False)
+
+    _CLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    _Loader = _CLoader
+
+
+
+
+def load(path, max_bytes: int | None = None, *, loader_class=None):
+    """The manifest's YAML document (mappings as :class:`Located`); InputError names file:line.
+    (`loader_class`: the libyaml-based loader by default; tests also run the pure-Python one.)"""
+    text = files.read_text(path, max_bytes)
+    loader = (loader_class or _Loader)(text)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read: {e}", where=str(path)) from None
-    try:
-        return yaml.load(text, Loader=_Loader)
+        return loader.build_document()
+    except _Refused as e:
+        raise InputError(e.message, where=f"{path}:{e.mark.line + 1}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(e, "problem", None) or str(e)
         raise InputError(f"YAML syntax error: {problem}; fix the file and import again", where=where) from None
+    except RecursionError:  # the depth bound above stops it first; never a traceback
+        raise InputError(f"nested too deeply to read (more than {MAX_DEPTH} levels)", where=str(path)) from None
+    finally:
+        loader.dispose()
+
+
+def sniff(path: Path, head: str) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml")
 
 
 def variant_name(model: str, path: Path) -> tuple[str, str | None]:
@@ -72,9 +321,9 @@ def variant_name(model: str, path: Path) -> tuple[str, str | None]:
     return model, None
 
 
-def parse(path) -> Iterator[dict]:
+def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
     path = Path(path)
-    doc = load(path)
+    doc = load(path, max_bytes)
     if not isinstance(doc, dict):
         raise InputError("a manifest is a mapping with 'model' and 'cases' (RFC-0186 schema)", where=str(path))
     for k in doc:
@@ -97,7 +346,9 @@ def parse(path) -> Iterator[dict]:
         cases = []
     if not isinstance(cases, list):
         raise InputError("'cases' must be a list of case mappings", where=str(path))
-    for case in cases:
+    del doc
+    for i, case in enumerate(cases):
+        cases[i] = None  # each case's mapping is freed once the importer has normalized it
         line = getattr(case, "line", None)
         yield {"type": "case", "model": name, "case": case, "count": 1,
                "where": f"{path}:{line}" if line else str(path)}

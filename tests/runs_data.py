@@ -120,9 +120,13 @@ def record_run(db_path: Path, outcomes: dict, *, device: str = CPU[0], backend: 
                          "AssertionError" if failed else None,
                          f"max abs error {err} exceeds tolerance" if failed else None, started_at]).lastrowid
                 con.execute(
+                    # the tolerance applied: the case's own, else (the outputs here are of the manifest's
+                    # dtype) the manifest default
                     "INSERT INTO judgements (run_id, result_id, model_case_id, model, signature, outcome, reason,"
-                    " rtol, atol, created_at) SELECT ?, ?, id, model, signature, ?, ?, rtol, atol, ? FROM model_cases"
-                    " WHERE id = ?",
+                    " rtol, atol, created_at) SELECT ?, ?, mc.id, mc.model, mc.signature, ?, ?,"
+                    " coalesce(mc.rtol, json_extract(m.defaults, '$.rtol')),"
+                    " coalesce(mc.atol, json_extract(m.defaults, '$.atol')), ?"
+                    " FROM model_cases mc JOIN models m ON m.name = mc.model WHERE mc.id = ?",
                     [run_id, result_ids[sig], outcome, None if outcome == "passed" else f"{outcome} at {err}",
                      started_at, mc_id])
         return run_id

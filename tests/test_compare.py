@@ -124,3 +124,75 @@ def test_noncontiguous_and_empty():
     assert compare(a.t(), a.t().contiguous(), rtol=0, atol=0).passed
     c = compare(torch.zeros(0, 3), torch.zeros(0, 3))
     assert c.passed and c.numel == 0
+
+
+# ---------------------------------------------------------------- objects that are not tensors
+
+class _Plain:
+    """No __eq__ of its own: == would be identity."""
+
+
+class _Valued:
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, _Valued) and self.v == other.v
+
+    __hash__ = None
+
+
+class _Raising:
+    def __eq__(self, other):
+        raise RuntimeError("no comparison")
+
+
+def test_objects_without_value_equality_are_not_comparable_never_failed():
+    enter = torch.amp.autocast_mode._UnmanagedAutocast
+    for ref, out in [(enter("cpu", enabled=False), enter("cpu", enabled=False)), (torch.no_grad(), torch.no_grad()),
+                     (_Plain(), _Plain()), (_Raising(), _Raising())]:
+        c = compare({"output": ref}, {"output": out})
+        assert (c.passed, c.comparable, c.opaque, c.numel, c.mismatch_count) == (True, False, ["output"], 0, 0), c
+        assert c.reason.startswith(f"not comparable: output (a {type(ref).__module__}.{type(ref).__qualname__}")
+        assert compare(ref, out, mode="bits").comparable is False  # nor nondeterministic
+    c = compare({"output": _Plain()}, {"output": _Plain()})
+    assert c.reason == (f"not comparable: output (a {__name__}._Plain, which has no value equality); "
+                        "only their types were checked (they match)")
+    c = compare({"output": _Raising()}, {"output": _Raising()})
+    assert "whose == gives no answer" in c.reason
+
+
+def test_devices_are_compared_by_type_only():
+    c = compare({"output": torch.device("cpu")}, {"output": torch.device("meta")})
+    assert c.passed and not c.comparable and c.opaque == ["output"] and "a device" in c.reason
+    c = compare({"output": torch.device("cpu")}, {"output": "cpu"})
+    assert not c.passed and c.comparable
+
+
+def test_objects_with_value_equality_are_compared():
+    c = compare({"output": torch.float16}, {"output": torch.float16})
+    assert c.passed and c.comparable and c.opaque == []
+    c = compare({"output": torch.bfloat16}, {"output": torch.float16})
+    assert not c.passed and c.reason == "output: reference torch.bfloat16 != target torch.float16"
+    assert compare(torch.channels_last, torch.channels_last).comparable
+    assert compare(_Valued(1), _Valued(1)).passed and not compare(_Valued(1), _Valued(2)).passed
+    assert compare("tanh", "tanh").comparable
+
+
+def test_a_type_change_is_a_failure():
+    c = compare({"output": _Plain()}, {"output": None})
+    assert not c.passed and c.comparable and c.where == "output"
+    assert c.reason.startswith("output: reference is _Plain")
+    c = compare({"output": _Plain()}, {"output": _Valued(1)})
+    assert not c.passed and "reference is _Plain" in c.reason
+
+
+def test_opaque_parts_beside_tensors_leave_the_result_comparable():
+    t = torch.ones(3)
+    c = compare({"output": (t, _Plain())}, {"output": (t.clone(), _Plain())}, rtol=0, atol=0)
+    assert (c.passed, c.comparable, c.opaque, c.numel) == (True, True, ["output[1]"], 3)
+    assert c.reason == ("values match (rtol=0, atol=0); compared by type only: "
+                        f"output[1] (a {__name__}._Plain, which has no value equality)")
+    c = compare({"output": (t, _Plain())}, {"output": (t + 1, _Plain())}, rtol=0, atol=0)
+    assert not c.passed and c.where == "output[0]"
+    assert compare({"output": None}, {"output": None}).comparable  # an op that returns nothing: nothing differs

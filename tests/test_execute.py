@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from casedb.casespec import tensor_bytes
+from casedb.blobs import encode as tensor_bytes
 from casedb.execute import Execution, check_backend, judge, run_case
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -100,7 +100,12 @@ def test_undeclared_write_is_detected(monkeypatch):
         x.fill_(v)
         return x.sum()
 
+    import casedb.ops
+
     monkeypatch.setattr(torch, "casedb_sneaky_fill", sneaky_fill, raising=False)
+    # a torch function the allow-list knows (casedb never calls an arbitrary function under torch)
+    monkeypatch.setattr(casedb.ops, "EXTRA_TORCH_FUNCTIONS", casedb.ops.EXTRA_TORCH_FUNCTIONS | {"casedb_sneaky_fill"})
+    casedb.ops.op_info.cache_clear()
     ex = run_case(case("torch.casedb_sneaky_fill", T([4]), {"value": 2.0}))
     assert ex.mutated == ["args[0]"] and ex.target["args[0]"].tolist() == [2.0] * 4
     assert judge(ex, rtol=0, atol=0).outcome == "passed"
@@ -166,7 +171,11 @@ def test_determinism(monkeypatch):
         calls.append(1)
         return x + (1.0 if len(calls) > 2 else 0.0)  # reference, target #1 agree; target #2 drifts
 
+    import casedb.ops
+
     monkeypatch.setattr(torch, "casedb_drifting", drifting, raising=False)
+    monkeypatch.setattr(casedb.ops, "EXTRA_TORCH_FUNCTIONS", casedb.ops.EXTRA_TORCH_FUNCTIONS | {"casedb_drifting"})
+    casedb.ops.op_info.cache_clear()
     c = case("torch.casedb_drifting", T([8]))
     ex = run_case(c, check_determinism=True)
     assert ex.deterministic is False and "differ" in ex.determinism_detail

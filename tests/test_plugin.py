@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 import casedb.execute  # noqa: F401
 import casedb.runner  # noqa: F401
 import casedb.store  # noqa: F401
+import importers.yaml_manifest  # noqa: F401 (its PyYAML classes must not be re-imported by a pytester session)
 
 # Imported before any pytester fixture snapshots sys.modules: an in-process pytester session
 # drops the modules it imported when it ends, and torch's (inductor's registries among them)
@@ -213,7 +214,7 @@ def test_strict_markers_reject_an_unknown_mark_but_not_casedbs(ptr):
 
 def test_without_model_only_a_smoke_set(ptr, db):
     from casedb.marks import DEFAULT_EXCLUDE
-    from casedb.runner import SMOKE_SIZE
+    from casedb.plan import SMOKE_SIZE
 
     ids = collected(ptr.runpytest("--collect-only", "-q"))
     kept = occurrences(db, None, markexpr=DEFAULT_EXCLUDE)
@@ -406,3 +407,60 @@ def test_shard_limit_and_op_options_select(ptr):
     assert sorted(sum(parts, [])) == sorted(all_ids) and all(parts)
     assert collected(ptr.runpytest(*base, "--casedb-limit", "3")) == all_ids[:3]
     assert [i.split("-")[0] for i in collected(ptr.runpytest(*base, "--casedb-op", "torch.add"))] == ["torch.add"] * 2
+
+
+# ------------------------------------------------------------------ a project that owns the names
+
+PROJECT_CONFTEST = '''
+def pytest_addoption(parser):
+    # the RFC implementation's own conftest: it owns --model and --device
+    parser.addoption("--model", action="append", default=[], help="the project's model option")
+    parser.addoption("--device", default="project-device", help="the project's device option")
+
+
+def pytest_report_header(config):
+    return f"project sees model={config.getoption('--model')} device={config.getoption('--device')}"
+'''
+
+
+def test_a_conftest_that_defines_model_and_device_keeps_them(ptr, db):
+    ptr.makeconftest(PROJECT_CONFTEST)
+    ptr.makepyfile(test_project="def test_project_own(request):\n"
+                                "    assert request.config.getoption('--model') == ['theirs']\n")
+    # the project's own run: no argparse conflict, its options are its own
+    own = ptr.runpytest("--model", "theirs", "--device", "dev7", "test_project.py")
+    own.assert_outcomes(passed=1)
+    own.stdout.fnmatch_lines(["project sees model=['theirs'] device=dev7"])
+    # casedb's spellings select casedb's cases in the same session; the free RFC ones still work
+    res = ptr.runpytest("--model", "theirs", "--casedb-model", "alpha", "--casedb-device", "cpu",
+                        "--compile-backend", "eager", "-m", "", "-q")
+    res.assert_outcomes(passed=6, skipped=1)  # alpha's 5 + 1 skip_if, and the project's own test
+    res.stdout.fnmatch_lines(["casedb: run 1 recorded in *: 5 executed, 0 duplicates skipped; 5 passed, 1 skipped"])
+    assert rows(db, "SELECT device, backend FROM runs") == [{"device": "cpu", "backend": "eager"}]
+    help_text = ptr.runpytest("--help").stdout.str()
+    assert "--casedb-model" in help_text and "--compile-backend" in help_text
+
+
+def test_rfc_spellings_are_registered_when_free(ptr):
+    res = ptr.runpytest("--help")
+    for flag in ("--model", "--device", "--compile-backend", "--no-dedupe", "--list-cases", "--casedb-model",
+                 "--casedb-backend", "--casedb-no-dedupe", "--casedb-list-cases"):
+        assert flag in res.stdout.str(), flag
+
+
+def test_casedb_run_resumes_a_run_the_pytest_front_end_recorded(ptr, db, data_dir, cli):
+    wrong = ("--casedb-import", str(data_dir / "custom_ops.py"), "--compile-backend", "casedb_test_perturb",
+             "--device", "cpu")
+    first = ptr.runpytest("--model", "alpha", "--model", "beta", *wrong, "-x", "-m", "not skipme")
+    first.assert_outcomes(failed=1)
+    run = rows(db, "SELECT id, status, selection FROM runs")
+    assert [(r["id"], r["status"]) for r in run] == [(1, "interrupted")]
+    assert json.loads(run[0]["selection"])["options"]["all_models"] is False
+    assert cli("run", "--resume", "1", db=db).exit_code == 2  # its --import is asked for again
+    res = cli("run", "--resume", "1", "--import", data_dir / "custom_ops.py", "--json", db=db)
+    assert res.exit_code == 1, res.output  # the perturbing backend fails the rest too
+    summary = json.loads(res.stdout)
+    assert (summary["run_id"], summary["status"]) == (1, "finished")
+    per_case = rows(db, "SELECT signature, count(*) AS n FROM results WHERE run_id = 1 GROUP BY signature")
+    assert {r["n"] for r in per_case} == {1}
+    assert summary["executed"] + summary["skipped"] == summary["planned"]["cases"] == len(per_case) + summary["skipped"]

@@ -23,5 +23,5 @@ def test_cli_lists_its_commands():
 
     out = CliRunner().invoke(app, ["--help"]).stdout
     for command in ("import", "models", "cases", "show", "stats", "export", "scan", "run", "repro", "merge",
-                    "report", "serve"):
+                    "report", "serve", "triage"):
         assert command in out

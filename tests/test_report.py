@@ -7,13 +7,21 @@ import sqlite_utils
 
 from tests import runs_data
 
-A_SILU_REGRESSION = {
-    "model": "model_a", "case_name": "a_silu", "op": "torch.nn.functional.silu", "inputs": "bf16[1, 11, 5760]",
-    "dtype": "bfloat16", "base_outcome": "passed", "outcome": "failed", "base_max_abs_err": 2.0e-3,
-    "max_abs_err": 0.5, "err_growth": pytest.approx(250.0), "error_type": "AssertionError",
-    "error_message": "max abs error 0.5 exceeds tolerance", "rtol": 0.01, "atol": 0.01,
-    "repro": "casedb repro model_a::a_silu --device cpu --backend inductor",
-}
+def repro(db_path, name: str) -> str:
+    """The repro command a report shows: the case by signature prefix (a name can hold anything)."""
+    sig = rows(db_path, "SELECT signature FROM model_cases WHERE name = ?", [name])[0]["signature"]
+    model = rows(db_path, "SELECT model FROM model_cases WHERE name = ?", [name])[0]["model"]
+    return f"casedb repro {sig[:16]} --model {model} --device cpu --backend inductor"
+
+
+def a_silu_regression(db_path) -> dict:
+    return {
+        "model": "model_a", "case_name": "a_silu", "op": "torch.nn.functional.silu", "inputs": "bf16[1, 11, 5760]",
+        "dtype": "bfloat16", "base_outcome": "passed", "outcome": "failed", "base_max_abs_err": 2.0e-3,
+        "max_abs_err": 0.5, "err_growth": pytest.approx(250.0), "error_type": "AssertionError",
+        "error_message": "max abs error 0.5 exceeds tolerance", "rtol": 0.01, "atol": 0.01,
+        "repro": repro(db_path, "a_silu"),
+    }
 
 
 @pytest.fixture
@@ -30,13 +38,13 @@ def rows(db_path, sql, params=()):
         con.close()
 
 
-def test_compare_names_exactly_the_case_that_flipped_to_fail(cli, two_runs):
+def test_compare_names_exactly_the_case_that_flipped_to_fail(cli, two_runs, db_path):
     first, second = two_runs
     report = cli.json("report", "--compare", first)
     assert report["run"]["run_id"] == second
     assert report["baseline"] == {"run_id": first, "started_at": "2025-01-01T00:00:00+00:00", "status": "finished",
                                   "device": "cpu", "backend": "inductor", "source": "--compare"}
-    assert report["regressions"] == [A_SILU_REGRESSION]
+    assert report["regressions"] == [a_silu_regression(db_path)]
     # the other changes between the runs are not regressions
     assert [(r["model"], r["case_name"], r["base_outcome"], r["outcome"]) for r in report["fixes"]] == [
         ("model_a", "a_mul", "failed", "passed"), ("model_a", "a_softmax", "xfailed", "xpassed")]
@@ -44,12 +52,12 @@ def test_compare_names_exactly_the_case_that_flipped_to_fail(cli, two_runs):
         ("a_silu", pytest.approx(250.0)), ("b_rsqrt", pytest.approx(100.0))]
 
 
-def test_default_baseline_is_the_previous_run_on_the_same_target(cli, two_runs):
+def test_default_baseline_is_the_previous_run_on_the_same_target(cli, two_runs, db_path):
     first, second = two_runs
     report = cli.json("report")
     assert report["baseline"]["run_id"] == first
     assert report["baseline"]["source"] == "previous run on the same device and backend"
-    assert report["regressions"] == [A_SILU_REGRESSION]
+    assert report["regressions"] == [a_silu_regression(db_path)]
     # the first run has nothing before it
     report = cli.json("report", "--run", first)
     assert (report["baseline"], report["regressions"], report["fixes"]) == (None, [], [])
@@ -59,13 +67,14 @@ def test_default_baseline_is_the_previous_run_on_the_same_target(cli, two_runs):
 def test_pass_rates_per_model_and_op_use_each_occurrences_verdict(cli, two_runs):
     report = cli.json("report")
     assert report["totals"] == {"occurrences": 6, "executed": 6, "passed": 5, "failed": 1, "errors": 0,
-                                "xfailed": 0, "xpassed": 1, "skipped": 0, "ref_errors": 0, "pass_rate": 83.33}
+                                "xfailed": 0, "xpassed": 1, "skipped": 0, "ref_errors": 0, "not_exercised": 0,
+                                "pass_rate": 83.33}
     assert report["models"] == [
         {"model": "model_a", "occurrences": 4, "executed": 4, "passed": 3, "failed": 1, "errors": 0, "xfailed": 0,
-         "xpassed": 1, "skipped": 0, "ref_errors": 0, "pass_rate": 75.0, "ops": 4, "ops_passing": 3,
+         "xpassed": 1, "skipped": 0, "ref_errors": 0, "not_exercised": 0, "pass_rate": 75.0, "ops": 4, "ops_passing": 3,
          "ops_pass_rate": 75.0, "signatures": 4},
         {"model": "model_b", "occurrences": 2, "executed": 2, "passed": 2, "failed": 0, "errors": 0, "xfailed": 0,
-         "xpassed": 0, "skipped": 0, "ref_errors": 0, "pass_rate": 100.0, "ops": 2, "ops_passing": 2,
+         "xpassed": 0, "skipped": 0, "ref_errors": 0, "not_exercised": 0, "pass_rate": 100.0, "ops": 2, "ops_passing": 2,
          "ops_pass_rate": 100.0, "signatures": 2},
     ]
     assert report["ops"][0] == {"op": "torch.nn.functional.silu", "occurrences": 1, "executed": 1, "passed": 0,
@@ -93,11 +102,11 @@ def test_remove_xfail_lists_the_marked_case_that_passes(cli, two_runs):
     assert "model_a::a_softmax" in text  # the case column does not wrap
 
 
-def test_failures_dedupe_runtime_and_trend(cli, two_runs):
+def test_failures_dedupe_runtime_and_trend(cli, two_runs, db_path):
     first, second = two_runs
     report = cli.json("report", "--top", 2)
     assert [(f["model"], f["case_name"], f["outcome"], f["repro"]) for f in report["failures"]] == [
-        ("model_a", "a_silu", "failed", "casedb repro model_a::a_silu --device cpu --backend inductor")]
+        ("model_a", "a_silu", "failed", repro(db_path, "a_silu"))]
     # 6 occurrences judged, 5 cases executed: model_b's residual add is model_a's a_add
     assert report["dedupe"] == {"occurrences": 6, "executions": 5, "saved": 1, "ratio": 1.2}
     rt = report["runtime"]
@@ -137,14 +146,14 @@ def test_no_runs_says_how_to_record_one(cli, tmp_path):
     assert "casedb run --model" in result.output
 
 
-def test_markdown_summary_for_a_ci_page(cli, two_runs):
+def test_markdown_summary_for_a_ci_page(cli, two_runs, db_path):
     md = cli("report", "--markdown").stdout
     assert md.startswith("## casedb run 2: cpu/inductor, finished")
     assert "### Regressions vs run 1" in md
     assert ("| model_a::a_silu | torch.nn.functional.silu | bf16[1, 11, 5760] | passed | failed | 0.002 | 0.5 "
             "| max abs error 0.5 exceeds tolerance |") in md
     assert "| model_a::a_softmax | torch.nn.functional.softmax | bf16[1, 64, 11, 11] " \
-           "| `casedb repro model_a::a_softmax --device cpu --backend inductor` |" in md
+           f"| `{repro(db_path, 'a_softmax')}` |" in md
     assert "| model_a | 75.0% | 3/4 | 1 | 0 | 0 | 0 | 3/4 (75.0%) | 4 |" in md
 
 
@@ -183,7 +192,9 @@ def test_view_migration_is_idempotent(cli, two_runs, db_path):
     m100_views(db)
     db.close()
     assert rows(db_path, "SELECT * FROM model_pass_rates ORDER BY run_id, model") == before
-    assert rows(db_path, "SELECT count(*) AS n FROM outcome_classes") == [{"n": 9}]
+    from casedb.outcomes import OUTCOMES
+
+    assert rows(db_path, "SELECT count(*) AS n FROM outcome_classes") == [{"n": len(OUTCOMES)}]
 
 
 def test_case_names_and_descriptions_are_searchable(cli, two_runs, db_path, tmp_path):

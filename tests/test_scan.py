@@ -316,6 +316,15 @@ RULE_CASES = [
      ("inputs", 1), {"shape": [50], "dtype": "int64", "init": "randint", "init_args": {"low": 1, "high": 10}}),
     ("masked_scatter", {"op": "torch.Tensor.masked_scatter", "inputs": [T([1, 40, 4]), T([1, 40, 1], "bool"), T([5, 4])]},
      ("inputs", 1), {"shape": [1, 40, 1], "dtype": "bool", "init": "zeros"}),
+    # a static KV cache writes 3 new positions of a 4-long cache: distinct, in range
+    ("index_copy_", {"op": "torch.Tensor.index_copy_",
+                     "inputs": [T([1, 2, 4, 8]), {"value": 2}, T([3], "int64"), T([1, 2, 3, 8])]},
+     ("inputs", 2), {"shape": [3], "dtype": "int64", "init": "arange"}),
+    # a padding mask read at broadcast (batch, position) index tensors: mask[batch_idx, kv_idx]
+    ("getitem_tuple", {"op": "torch.getitem", "inputs": [
+        T([2, 5], "bool"), {"tensor_list": [{"shape": [2, 1, 1, 1], "dtype": "int64"},
+                                            {"shape": [1, 1, 1, 5], "dtype": "int64"}]}]},
+     ("list", 1), {"shape": [2, 1, 1, 1], "dtype": "int64", "init": "randint", "init_args": {"low": 0, "high": 2}}),
 ]
 
 
@@ -402,8 +411,22 @@ def test_shipped_manifests_hold_the_real_dims(shipped):
     assert has("granite-vision", "torch.nn.functional.conv2d", [5, 3, 384, 384])   # anyres: 4 crops + base
     assert has("granite-vision", "torch.nn.functional.conv2d", [1152, 3, 14, 14])  # SigLIP 384/14, 1152 wide
     assert has("granite-speech", "torch.nn.functional.linear", [1024, 160])        # conformer input, 1024 wide
-    # every case says where the model makes the call
+    # every case says where the model makes the call, and on which of its recipe's paths
     assert all(r["description"].startswith("File: transformers/") for r in rows)
+    paths = {m: {p.name for p in scan.load_recipe(m).paths()} for m in TARGETS}
+    for r in rows:
+        line = r["description"].splitlines()[-1]
+        assert line.startswith("Paths: ") and set(line[len("Paths: "):].split(", ")) <= paths[r["model"]], line
+
+    # the union ships the ops of the other paths: a static cache, eager attention, padded batches,
+    # batched (decode) and looped experts
+    for model in TARGETS:
+        assert any(r["model"] == model and r["op"] == "torch.Tensor.index_copy_" for r in rows)
+    assert has("gpt-oss", "torch.Tensor.index_copy_", [1, 8, 320, 64])          # 256 prompt + 64 new tokens
+    assert has("granite4h", "torch.matmul", [1, 32, 256, 128])                  # eager attention: Q @ K^T
+    assert has("granite4h", "torch.all", [2, 256])                              # the padded batch's mask
+    assert has("gpt-oss", "torch.bmm", [4, 2880, 5760])                         # decode: 1 token x top-4 experts
+    assert has("gpt-oss", "torch.nn.functional.one_hot", [256, 4])              # the per-expert loop
 
 
 def test_shipped_small_cases_pass_the_reference(shipped):
@@ -441,3 +464,202 @@ def test_cli_scan_writes_and_imports(recipes, tmp_path):
     res = runner.invoke(app, ["--db", str(db), "scan", "no-such-model"])
     assert res.exit_code == 2
     assert "unknown model 'no-such-model'" in res.output
+
+
+# ------------------------------------------------------------------------- paths (issue 14)
+
+MATRIX = DATA / "matrix"
+MATRIX_MODELS = ("tiny-granite4h", "tiny-gpt-oss", "tiny-vision", "tiny-speech")
+
+
+@pytest.fixture(scope="module")
+def matrix_scans():
+    return {m: scan.scan(MATRIX / f"{m}.yaml") for m in MATRIX_MODELS}
+
+
+def ops_of(result, path):
+    return {r["case"]["op"] for r in result.cases if path in r["paths"]}
+
+
+def test_matrix_paths():
+    recipe = scan.load_recipe(MATRIX / "tiny-granite4h.yaml")
+    # every combination of the matrix axes, then each further value of an `alone` axis on the default path
+    assert [p.name for p in recipe.paths()] == [
+        "dynamic-sdpa-grouped_mm-b1-s12", "dynamic-sdpa-grouped_mm-b2-s12",
+        "dynamic-eager-grouped_mm-b1-s12", "dynamic-eager-grouped_mm-b2-s12",
+        "static-sdpa-grouped_mm-b1-s12", "static-sdpa-grouped_mm-b2-s12",
+        "static-eager-grouped_mm-b1-s12", "static-eager-grouped_mm-b2-s12",
+        "dynamic-sdpa-grouped_mm-b1-s5", "dynamic-sdpa-batched_mm-b1-s12", "dynamic-sdpa-eager-b1-s12"]
+    assert recipe.paths()[5].settings() == {
+        "name": "static-sdpa-grouped_mm-b2-s12",
+        "axes": {"cache": "static", "attention": "sdpa", "batch": 2, "seq_len": 12, "experts": "grouped_mm"},
+        "cache": "static", "attention": "sdpa", "experts": "grouped_mm", "inputs": {"batch": 2, "seq_len": 12}}
+    # a recipe without a matrix has one path, as before
+    assert [p.settings() for p in scan.load_recipe(DATA / "tiny-gpt-oss.json").paths()] == [
+        {"name": "default", "axes": {}, "cache": "dynamic", "attention": None, "experts": None,
+         "inputs": {"batch": 1, "seq_len": 256}}]
+
+
+def test_static_cache_alone_calls_index_copy(matrix_scans):
+    r = matrix_scans["tiny-granite4h"]
+    static = [p["name"] for p in r.header["paths"] if p["cache"] == "static"]
+    copies = cases(r, "torch.Tensor.index_copy_")
+    assert copies and all(set(c["paths"]) <= set(static) for c in copies)
+    assert all("torch.Tensor.index_copy_" in ops_of(r, p) for p in static)
+    # prefill writes the 12 prompt positions of a cache of 12 + 64 (generate's room), keys first
+    assert copies[0] == {
+        "type": "case", "model": "tiny-granite4h", "where": "transformers/cache_utils.py:486", "count": 1,
+        "paths": ["static-sdpa-grouped_mm-b1-s12", "static-eager-grouped_mm-b1-s12"],
+        "case": {"op": "torch.Tensor.index_copy_",
+                 "inputs": [{"tensor": {"shape": [1, 2, 76, 16], "dtype": "bf16"}}, {"value": 2},
+                            {"tensor": {"shape": [12], "dtype": "int64", "init": "arange"}},
+                            {"tensor": {"shape": [1, 2, 12, 16], "dtype": "bf16", "preset": "strided",
+                                        "preset_args": {"stride": [384, 16, 32, 1], "storage_offset": 0}}}],
+                 "attrs": {},
+                 "description": "File: transformers/cache_utils.py:486\n"
+                                "Code: self.keys.index_copy_(2, cache_position, key_states)\n"
+                                "Paths: static-sdpa-grouped_mm-b1-s12, static-eager-grouped_mm-b1-s12"}}
+
+
+def test_attention_padding_and_expert_paths(matrix_scans):
+    r = matrix_scans["tiny-granite4h"]
+    names = [p["name"] for p in r.header["paths"]]
+
+    def only(op):
+        return sorted(p for p in names if op in ops_of(r, p))
+
+    eager_attention = [p for p in names if "-eager-grouped_mm-" in p]
+    assert only("torch.matmul") == sorted(eager_attention)             # eager attention: QK^T and PV
+    assert only("torch.nn.functional.softmax") == sorted(eager_attention)
+    assert only("torch.nn.functional.scaled_dot_product_attention") == sorted(set(names) - set(eager_attention))
+    assert only("torch.all") == sorted(p for p in names if "-b2-" in p)    # the padding mask check
+    assert only("torch.nn.functional.one_hot") == ["dynamic-sdpa-eager-b1-s12"]  # the per-expert loop
+    # batched_mm runs the decode step only (generate's switch); its prefill stays grouped_mm
+    assert only("torch._grouped_mm") == sorted(p for p in names if p != "dynamic-sdpa-eager-b1-s12")
+    bmm = {json.dumps([i["tensor"]["shape"] for i in c["case"]["inputs"]]) for c in cases(r, "torch.bmm", "transformers/integrations/moe.py")}
+    assert bmm == {"[[2, 64, 64], [2, 64, 1]]", "[[2, 64, 32], [2, 32, 1]]"}  # 1 token x top-2: (rows, out, in) @ x
+    # the per-expert loop on balanced routing: 12 tokens x top-2 over 4 experts, 6 rows each
+    (loop_add,) = [c for c in cases(r, "torch.Tensor.index_add_") if c["case"]["inputs"][0]["tensor"]["shape"] == [12, 64]]
+    assert [i.get("tensor", i.get("value")) for i in loop_add["case"]["inputs"]] == [
+        {"shape": [12, 64], "dtype": "bf16"}, 0,
+        {"shape": [6], "dtype": "int64", "init": "randint", "init_args": {"low": 0, "high": 12}},
+        {"shape": [6, 64], "dtype": "bf16"}]
+    assert loop_add["count"] == 2 * 4 and loop_add["paths"] == ["dynamic-sdpa-eager-b1-s12"]  # layers x experts
+    # a padded batch: the second prompt loses a quarter of its 12 tokens to left padding
+    (mask_all,) = cases(r, "torch.all")  # (all-True: a random mask would make all() False, a vacuous case)
+    assert mask_all["case"]["inputs"] == [{"tensor": {"shape": [2, 12], "dtype": "bool", "init": "ones"}}]
+    # batched experts in gpt-oss: one bmm per (token, expert) pair — ops the default path never calls
+    oss = matrix_scans["tiny-gpt-oss"]
+    assert {"torch.bmm", "torch.Tensor.repeat_interleave"} <= ops_of(oss, "dynamic-batched_mm-b1-s12")
+    assert not {"torch.bmm", "torch.Tensor.repeat_interleave"} & ops_of(oss, "dynamic-grouped_mm-b1-s12")
+    # sliding window 4: a 12-token prompt overflows it (roll + copy_), a 3-token one does not
+    assert "torch.Tensor.roll" in ops_of(oss, "static-grouped_mm-b1-s12")
+    assert "torch.Tensor.roll" not in ops_of(oss, "static-grouped_mm-b1-s3")
+
+
+def test_union_keeps_each_path_and_the_most_calls(matrix_scans):
+    r = matrix_scans["tiny-gpt-oss"]
+    names = [p["name"] for p in r.header["paths"]]
+    singles = {name: scan.scan(MATRIX / "tiny-gpt-oss.yaml", path=name) for name in names}
+    assert singles[names[0]].header["paths"] == r.header["paths"][:1]
+    # the union holds every path's records once, in first-seen order (the default path's first):
+    # its paths are those that made the call, its count the most calls one of them made
+    counts: dict = {}
+    for name, single in singles.items():
+        assert [rec["paths"] for rec in single.records] == [[name]] * len(single.records)
+        for rec in single.records:
+            counts.setdefault(scan.record_key(rec), {})[name] = rec["count"]
+    assert [scan.record_key(rec) for rec in r.records] == list(counts)
+    assert [rec["paths"] for rec in r.records] == [list(c) for c in counts.values()]
+    assert [rec["count"] for rec in r.records] == [max(c.values()) for c in counts.values()]
+    assert any(len(set(c.values())) > 1 for c in counts.values())  # paths that call one op a different number of times
+    for rec in r.cases:
+        assert rec["case"]["description"].endswith("\nPaths: " + ", ".join(rec["paths"]))
+    stats = {s["path"]: s for s in r.header["path_stats"]}
+    assert {n: stats[n]["unique_calls"] for n in names} == {n: len(singles[n].cases) for n in names}
+    assert r.header["calls"] == sum(s["calls"] for s in stats.values())
+
+
+def test_coverage_report(matrix_scans):
+    from casedb import scan_report
+
+    rep = scan_report.coverage(matrix_scans["tiny-gpt-oss"])
+    assert rep["default"] == "dynamic-grouped_mm-b1-s12" and len(rep["paths"]) == 10
+    choices = {(c["axis"], c["value"]): c["ops"] for c in rep["choices"]}
+    assert choices["cache", "static"] == ["torch.Tensor.copy_", "torch.Tensor.index_copy_", "torch.Tensor.roll",
+                                          "torch.nn.functional.pad"]
+    assert choices["experts", "batched_mm"] == ["torch.Tensor.repeat_interleave", "torch.Tensor.squeeze", "torch.bmm"]
+    assert rep["only"]["torch.bmm"] == "dynamic-batched_mm-b1-s12"
+    assert rep["callers"]["torch.Tensor.index_copy_"] == [p["path"] for p in rep["paths"] if p["axes"]["cache"] == "static"]
+    by_path = {p["path"]: p for p in rep["paths"]}
+    assert by_path["static-grouped_mm-b1-s3"]["adds"] == ["torch.Tensor.index_copy_"]
+    # unique cases as an import counts them (by signature): the union dedupes what paths share
+    assert max(p["cases"] for p in rep["paths"]) < rep["union"]["cases"] < sum(p["cases"] for p in rep["paths"])
+    text = scan_report.markdown(rep)
+    assert "| cache=static | copy_, index_copy_, roll, F.pad |" in text
+    assert f"| **union** | **{rep['union']['ops']}** | **{rep['union']['cases']}** | |" in text
+
+
+def test_matrix_cases_pass_the_reference(matrix_scans):
+    """Every case of every path of the tiny models runs on the CPU eager reference (only the
+    declared histc cases raise, as declared)."""
+    failures, expected, seen = [], 0, set()
+    for r in matrix_scans.values():
+        for rec in r.cases:
+            key = casespec.normalize_case(rec["case"], {"dtype": "bf16"}).signature  # what a DB would run
+            if key in seen:
+                continue
+            seen.add(key)
+            declared = (rec["case"].get("expects_error") or {}).get("ref")
+            err = reference_error(rec["case"])
+            if err is not None and declared and err.matches(declared):
+                expected += 1
+            elif err is not None or declared:
+                failures.append(f"{rec['where']} {rec['case']['op']} {rec['paths']}: declared {declared}, got {err}")
+    assert failures == []
+    # histc over int32 expert ids (the same call in both MoE models), one per routed-row count
+    # (tokens x top-2): granite4h 24, 10, 48 (prefill 12, 5, 2 x 12), gpt-oss also 6, 12 (3, 2 x 3),
+    # and the decode steps 2, 4
+    assert expected == len({24, 10, 48} | {24, 6, 48, 12} | {2, 4})
+
+
+def test_matrix_recipe_errors(tmp_path):
+    def recipe(**doc):
+        path = tmp_path / "r.yaml"
+        path.write_text(yaml.safe_dump({"model": "r", "config": str(DATA / "tiny-gpt-oss.json"),
+                                        "arch": "GptOssForCausalLM", **doc}))
+        return path
+
+    with pytest.raises(scan.ScanError, match="unknown axis 'kv'; axes: cache, attention, experts or an input"):
+        scan.load_recipe(recipe(matrix={"kv": ["paged"]}))
+    with pytest.raises(scan.ScanError, match="cache: unknown value.s. paged; choose from dynamic, static"):
+        scan.load_recipe(recipe(matrix={"cache": ["paged"]}))
+    with pytest.raises(scan.ScanError, match="axis batch is in both matrix and alone"):
+        scan.load_recipe(recipe(matrix={"batch": [1, 2]}, alone={"batch": [4]}))
+    with pytest.raises(scan.ScanError, match="inputs.seq_len is 256 but the seq_len axis starts with 12"):
+        scan.load_recipe(recipe(inputs={"seq_len": 256}, matrix={"seq_len": [12, 3]}))
+    with pytest.raises(scan.ScanError, match="batch: 0 is not a valid value"):
+        scan.load_recipe(recipe(matrix={"batch": [1, 0]}))
+    with pytest.raises(scan.ScanError, match="r has no path 'x'; its paths: dynamic-b1, static-b1"):
+        scan.scan(recipe(matrix={"cache": ["dynamic", "static"], "batch": [1]}), path="x")
+    with pytest.raises(scan.ScanError, match="path sdpa: .*GptOssForCausalLM does not support"):
+        scan.scan(recipe(matrix={"attention": ["sdpa"]}))
+
+
+def test_cli_scan_path_and_report(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "s.jsonl"
+    recipe = str(MATRIX / "tiny-gpt-oss.yaml")
+    res = runner.invoke(app, ["--db", str(tmp_path / "db.sqlite"), "scan", recipe, "-o", str(out),
+                              "--path", "static-grouped_mm-b2-s3", "--report", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert [p["path"] for p in summary["paths"]] == ["static-grouped_mm-b2-s3"]
+    assert summary["report"]["paths"][0]["adds"] == [] and summary["report"]["only"] == {}
+    assert "torch.Tensor.index_copy_" in {json.loads(line)["case"]["op"] for line in out.read_text().splitlines()[1:]}
+    res = runner.invoke(app, ["--db", str(tmp_path / "db.sqlite"), "scan", recipe, "-o", str(out), "--report"])
+    assert res.exit_code == 0, res.output
+    assert "| cache=static | copy_, index_copy_, roll, F.pad |" in res.stdout
+    res = runner.invoke(app, ["scan", recipe, "--path", "paged-b1"])
+    assert res.exit_code == 2
+    assert "tiny-gpt-oss has no path 'paged-b1'; its paths: dynamic-grouped_mm-b1-s12" in res.output

@@ -37,6 +37,11 @@ def signature(db, model, name):
     return one(db, "SELECT signature FROM model_cases WHERE model = ? AND name = ?", [model, name])[0]
 
 
+def repro_command(db, model, name) -> str:
+    """The repro command shown for a judged occurrence: the case by signature prefix."""
+    return f"casedb repro {signature(db, model, name)[:16]} --model {model} --device cpu --backend inductor"
+
+
 def canned(served, name, **params):
     return served.json(f"/casedb/{name}.json?" + urllib.parse.urlencode({**params, "_shape": "array"}))
 
@@ -46,7 +51,7 @@ def test_latest_failures_and_regressions(served):
     silu = {"run_id": 2, "model": "model_a", "case_name": "a_silu", "op": "torch.nn.functional.silu",
             "inputs": "bf16[1, 11, 5760]", "dtype": "bfloat16", "outcome": "failed", "error_type": "AssertionError",
             "error_message": "max abs error 0.5 exceeds tolerance", "max_abs_err": 0.5, "rtol": 0.01, "atol": 0.01,
-            "repro": "casedb repro model_a::a_silu --device cpu --backend inductor",
+            "repro": repro_command(db, "model_a", "a_silu"),
             "judgement_id": judgement_id(db, 2, "model_a", "a_silu")}
     assert canned(served, "latest_failures") == [silu]
     # an earlier run on request: run 1 failed a_mul (a_softmax xfailed: expected, not listed)
@@ -57,7 +62,7 @@ def test_latest_failures_and_regressions(served):
         "case_name": "a_silu", "op": "torch.nn.functional.silu", "inputs": "bf16[1, 11, 5760]", "dtype": "bfloat16",
         "previous_outcome": "passed", "outcome": "failed", "error_type": "AssertionError",
         "error_message": "max abs error 0.5 exceeds tolerance", "previous_max_abs_err": 0.002, "max_abs_err": 0.5,
-        "rtol": 0.01, "atol": 0.01, "repro": "casedb repro model_a::a_silu --device cpu --backend inductor",
+        "rtol": 0.01, "atol": 0.01, "repro": repro_command(db, "model_a", "a_silu"),
         "judgement_id": silu["judgement_id"]}]
 
 
@@ -67,7 +72,7 @@ def test_canned_queries_do_not_shadow_tables(served):
     tables = {t["name"] for t in database["tables"]} | {v["name"] for v in database["views"]}
     queries = {q["name"] for q in database["queries"]}
     assert queries == {"latest_failures", "latest_regressions", "pass_rate_by_model", "slowest_cases",
-                       "model_cases_by_op", "repro"}
+                       "model_cases_by_op", "repro", "blocking_ops", "model_op_matrix"}
     assert {"verdicts", "model_pass_rates", "op_pass_rates", "regressions", "run_summaries"} <= tables
     assert not queries & tables
     # the regressions view, every run, page by page
@@ -86,6 +91,20 @@ def test_pass_rate_by_model(served):
     ]
     assert [(r["run_id"], r["model"], r["pass_rate"]) for r in canned(served, "pass_rate_by_model", run=1)] == [
         (1, "model_a", 50.0), (1, "model_b", 100.0)]
+
+
+def test_blocking_ops_and_model_op_matrix(served):
+    # run 2 (the latest): a_silu fails, so silu blocks model_a, and alone
+    assert canned(served, "blocking_ops") == [{
+        "run_id": 2, "device": "cpu", "backend": "inductor", "op": "torch.nn.functional.silu", "models_blocked": 1,
+        "models": 1, "unblocks": 1, "failing": 1, "occurrences": 1, "blocked_models": "model_a (1/1)"}]
+    # run 1: a_mul failed and a_softmax xfailed (a known failure still blocks): neither alone
+    assert [(r["op"], r["models_blocked"], r["unblocks"]) for r in canned(served, "blocking_ops", run=1)] == [
+        ("torch.mul", 1, 0), ("torch.nn.functional.softmax", 1, 0)]
+    assert canned(served, "model_op_matrix", run=1) == [
+        {"op": "torch.mul", "model": "model_a", "failing": 1, "occurrences": 1, "cell": "1/1", "blocked": 1},
+        {"op": "torch.nn.functional.softmax", "model": "model_a", "failing": 1, "occurrences": 1, "cell": "1/1",
+         "blocked": 1}]
 
 
 def test_slowest_cases(served):
@@ -112,7 +131,7 @@ def test_cases_of_one_model_by_op(served):
         ("torch.nn.functional.silu", "a_silu", "failed"), ("torch.nn.functional.softmax", "a_softmax", "xpassed")]
     assert canned(served, "model_cases_by_op", model="model_b", op="torch.rsqrt") == [
         {"op": "torch.rsqrt", "case_name": "b_rsqrt", "inputs": "bf16[1, 11, 1]", "dtype": "bfloat16", "calls": 1,
-         "rtol": 0.001, "atol": 0.001, "latest_outcome": "passed", "description": None,
+         "rtol": None, "atol": None, "latest_outcome": "passed", "description": None,  # its own: none
          "signature": signature(db, "model_b", "b_rsqrt")}]
 
 
@@ -120,10 +139,11 @@ def test_failure_links_to_its_repro_command(served):
     jid = judgement_id(served.db_path, 2, "model_a", "a_silu")
     status, html = served.get("/casedb/latest_failures")
     assert status == 200
+    command = repro_command(served.db_path, "model_a", "a_silu")
     assert (f'<a href="/casedb/repro?judgement={jid}" title="the error this command reproduces">'
-            "<code>casedb repro model_a::a_silu --device cpu --backend inductor</code></a>") in html
+            f"<code>{command}</code></a>") in html
     assert canned(served, "repro", judgement=jid) == [{
-        "command": "casedb repro model_a::a_silu --device cpu --backend inductor", "run_id": 2, "device": "cpu",
+        "command": command, "run_id": 2, "device": "cpu",
         "backend": "inductor", "model": "model_a", "case_name": "a_silu", "op": "torch.nn.functional.silu",
         "inputs": "bf16[1, 11, 5760]", "dtype": "bfloat16", "outcome": "failed", "reason": "failed at 0.5",
         "rtol": 0.01, "atol": 0.01, "max_abs_err": 0.5, "max_rel_err": 1.0, "error_type": "AssertionError",

@@ -397,6 +397,17 @@ def test_format_detection():
     assert execution_trace.sniff(LLAMA_ET, raw_gz) and not kineto.sniff(LLAMA_ET, raw_gz)
 
 
+def test_gzip_is_known_by_its_bytes_not_its_name(tmp_path):
+    """One reader (importers.files) for sniffing and parsing: a gzip trace saved without .gz,
+    and a plain one saved with it, both detect and import."""
+    shutil.copy(LLAMA_ET, tmp_path / "et_trace.json")
+    (tmp_path / "kineto_trace.json.gz").write_bytes(LLAMA_K.read_bytes())
+    assert detect(tmp_path / "et_trace.json") == "et" and detect(tmp_path / "kineto_trace.json.gz") == "kineto"
+    calls = lambda records: [(r["case"]["op"], r["case"]["inputs"], r["count"]) for r in cases(records)]  # noqa: E731
+    assert calls(execution_trace.parse(tmp_path / "et_trace.json")) == calls(execution_trace.parse(LLAMA_ET))
+    assert calls(kineto.parse(tmp_path / "kineto_trace.json.gz")) == calls(kineto.parse(LLAMA_K))
+
+
 def _truncated(tmp_path, src, cut, compress=False):
     data = gzip.decompress(src.read_bytes()) if src.name.endswith(".gz") else src.read_bytes()
     out = tmp_path / (src.name.split(".")[0] + (".json.gz" if compress else ".json"))

@@ -9,6 +9,8 @@ Importing this module registers (once per process; importing it again is harmles
 * ``torch.ops.casedb_test.wrong_on_device(Tensor x) -> Tensor`` — ``2 * x`` on the CPU (so the
   reference is right) and ``2 * x + 1`` on every other device: wrong values on a device target
   in eager mode.
+* ``torch.ops.casedb_test.interrupt(Tensor x, int kind) -> Tensor`` — raises KeyboardInterrupt
+  (``kind`` 0) or SystemExit(3) (``kind`` 1): an op, not the user, stopping the process.
 * the dynamo backend ``casedb_test_perturb`` — runs the captured graph eagerly and returns every
   floating output as ``y + 0.01 * (1 + |y|)``: wrong values on the target for any op on any
   device, the CPU included (``run_case(case, backend="casedb_test_perturb")``).
@@ -37,7 +39,7 @@ def perturb(y):
 
 def _registered() -> bool:
     try:
-        torch.ops.casedb_test.abort.default
+        torch.ops.casedb_test.interrupt.default
         return True
     except (AttributeError, RuntimeError):
         return False
@@ -68,6 +70,16 @@ def _register_ops() -> None:
 
     @wrong_on_device.register_fake
     def _wrong_fake(x):
+        return torch.empty_like(x)
+
+    @torch.library.custom_op(f"{NAMESPACE}::interrupt", mutates_args=())
+    def interrupt(x: torch.Tensor, kind: int) -> torch.Tensor:
+        if kind == 0:
+            raise KeyboardInterrupt("raised by the op")
+        raise SystemExit(3)
+
+    @interrupt.register_fake
+    def _interrupt_fake(x, kind):
         return torch.empty_like(x)
 
 

@@ -1,0 +1,178 @@
+"""The numerics policy (which tolerance, where from), the ULP judge, vacuous references and
+proof that the target ran: each against a target that is wrong on purpose and a correct one."""
+
+import pytest
+import torch
+
+from casedb import execute
+from casedb.execute import judge, run_case
+from casedb.numerics import Policy, Rule, Tolerance, rules_from
+
+SIG = "ab" * 32
+
+
+def case(op, *inputs, dtype="bfloat16", **attrs):
+    return {"op": op, "inputs": list(inputs), "attrs": attrs, "signature": SIG, "dtype": dtype, "seed": 7}
+
+
+def T(shape, dtype="bfloat16", init="randn", **init_args):
+    spec = {"shape": shape, "dtype": dtype, "init": init}
+    if init_args:
+        spec["init_args"] = init_args
+    return {"tensor": spec}
+
+
+def occ(rtol=None, atol=None, defaults=None, model="m", name="c"):
+    """An occurrence: its own rtol/atol and its manifest's defaults."""
+    return {"model": model, "name": name, "rtol": rtol, "atol": atol, "defaults": defaults or {}}
+
+
+BF16_MANIFEST = {"dtype": "bfloat16", "rtol": 1.6e-2, "atol": 1e-2}
+
+
+# ------------------------------------------------------------------------------- the policy
+
+def test_precedence_case_then_rules_then_manifest_default_then_dtype_default():
+    c = case("torch.rsqrt", T([4]))
+    bf16_manifest = occ(defaults=BF16_MANIFEST)
+    plain = Policy(device="cpu", backend="inductor")
+    # the manifest default judges tensors of its own dtype only: never a float32 output
+    assert plain.tolerance(bf16_manifest, c, "bfloat16") == Tolerance(1.6e-2, 1e-2, "the manifest default for bfloat16")
+    assert plain.tolerance(bf16_manifest, c, "float32") == Tolerance(1.3e-6, 1e-5, "the float32 default")
+    assert plain.tolerance(bf16_manifest, c, "int64") == Tolerance(0.0, 0.0, "exact (int64)")
+    rules = rules_from([{"dtype": "float32", "rtol": 1e-5},                       # dtype
+                        {"backend": "inductor", "rtol": 2e-5, "atol": 2e-5},      # backend
+                        {"op": "torch.rsqrt", "rtol": 3e-5},                      # op
+                        {"op": "torch.rs*", "backend": "inductor", "rtol": 4e-5},  # backend + op pattern
+                        {"op": "torch.rsqrt", "backend": "inductor", "rtol": 5e-5},  # backend + op, exact
+                        {"op": "torch.rsqrt", "backend": "inductor", "rtol": 6e-5}], "t.yaml")  # later, equal
+    policy = Policy(rules, device="cpu", backend="inductor")
+    got = policy.tolerance(bf16_manifest, c, "float32")
+    # rtol from the most specific rule (the later of two equal ones); atol: only the backend rule sets it
+    assert (got.rtol, got.atol) == (6e-5, 2e-5)
+    assert got.source == ("rtol: rule t.yaml[5] (op=torch.rsqrt, backend=inductor); "
+                          "atol: rule t.yaml[1] (backend=inductor)")
+    # another backend: the backend rules do not apply, the op rule does
+    other = Policy(rules, device="cpu", backend="eager").tolerance(bf16_manifest, c, "float32")
+    assert (other.rtol, other.atol) == (3e-5, 1e-5)
+    # the case's own tolerance beats every rule
+    assert policy.tolerance(occ(rtol=0.5, defaults=BF16_MANIFEST), c, "float32").rtol == 0.5
+    assert policy.tolerance(occ(rtol=0.5), c, "float32").source.startswith("rtol: the case")
+
+
+def test_rule_specificity_target_scoped_over_general_exact_over_wildcard():
+    general = Rule(op="torch.add", rtol=1.0)
+    scoped = Rule(op="torch.add", device="cuda*", rtol=2.0)
+    wildcard = Rule(op="torch.*", device="cuda", rtol=3.0)
+    assert scoped.specificity() > general.specificity()
+    assert general.specificity() > wildcard.specificity()  # the case named exactly beats a pattern
+    assert Rule(model="M_1", rtol=1).matches(op="x", name="y", model="m-1", signature="", device="cpu",
+                                             backend="b", dtype="float32")
+
+
+# ------------------------------------------------------------------------------- the judges
+
+def perturbed(monkeypatch, transform):
+    """A backend that returns the graph's true result with one bug added."""
+    def backend(gm, example_inputs):
+        def run(*args):
+            out = gm(*args)
+            return type(out)(transform(y) for y in out) if isinstance(out, (tuple, list)) else transform(out)
+        return run
+    return backend
+
+
+def test_a_tenth_of_a_percent_on_fp32_is_caught_by_every_judge():
+    c = case("torch.nn.functional.silu", T([64, 256], "float32"), dtype="float32")
+    ex = run_case(c, backend=perturbed(None, lambda y: y * 1.001), high_precision=True)
+    tols = Policy().tolerances(occ(defaults=BF16_MANIFEST), c, ex.dtypes())
+    for j in ("tolerance", "ulp", "both"):
+        v = judge(ex, tolerances=tols, judge=j)
+        assert v.outcome == "failed" and v.stage == "incorrect result", j
+
+
+def test_sixteen_ulps_in_bf16_hidden_by_a_fixed_atol_are_caught_by_the_ulp_judge():
+    def sixteen_ulps(y):
+        return (y.double() + 16 * torch.finfo(torch.bfloat16).eps * y.double().abs()).to(y.dtype)
+
+    c = case("torch.nn.functional.silu", T([64, 256], init="uniform", low=-0.05, high=0.05))
+    ex = run_case(c, backend=perturbed(None, sixteen_ulps), high_precision=True)
+    tols = Policy().tolerances(occ(defaults=BF16_MANIFEST), c, ex.dtypes())
+    assert judge(ex, tolerances=tols, judge="tolerance").outcome == "passed"  # atol 1e-2 hides it
+    v = judge(ex, tolerances=tols, judge="both")
+    assert v.outcome == "failed" and "ULPs of bfloat16" in v.reason and v.ulp_err > 16
+    assert v.tolerance == "the manifest default for bfloat16" and v.judge == "both"
+
+
+def test_a_correct_compiled_target_passes_every_judge():
+    c = case("torch.nn.functional.softmax", T([8, 512], "float32"), dtype="float32", dim=-1)
+    ex = run_case(c, backend="aot_eager", high_precision=True)
+    assert ex.reference_dtype == "float64"
+    tols = Policy().tolerances(occ(), c, ex.dtypes())
+    for j in ("tolerance", "ulp", "both"):
+        assert judge(ex, tolerances=tols, judge=j).outcome == "passed", j
+
+
+def test_an_explicit_tolerance_is_not_overruled_by_the_ulp_judge():
+    c = case("torch.nn.functional.silu", T([64, 256], "float32"), dtype="float32")
+    ex = run_case(c, backend=perturbed(None, lambda y: y * 1.001), high_precision=True)
+    loose = Policy().tolerances(occ(rtol=0.01), c, ex.dtypes())
+    v = judge(ex, tolerances=loose, judge="both")
+    assert (v.outcome, v.judge) == ("passed", "tolerance")
+
+
+# --------------------------------------------------------------------- what proves nothing
+
+def test_a_reference_of_zeros_or_one_value_is_vacuous():
+    negative = T([4, 64], "float32", init="uniform", low=-2.0, high=-1.0)
+    ex = run_case(case("torch.relu", negative, dtype="float32"))
+    assert judge(ex, rtol=0, atol=0).vacuous == "zero"
+    ex = run_case(case("torch.clamp", negative, dtype="float32", min=3.0, max=3.0))
+    assert judge(ex, rtol=0, atol=0).vacuous == "constant"
+    # a within-tolerance zero counts: a near-zero reference cannot tell a target from zeros
+    tiny = T([4, 64], "float32", init="uniform", low=-1e-7, high=1e-7)
+    assert judge(run_case(case("torch.neg", tiny, dtype="float32")), rtol=0, atol=1e-5).vacuous == "zero"
+    assert judge(run_case(case("torch.neg", T([4, 64], "float32"), dtype="float32")), rtol=0, atol=0).vacuous is None
+    # an op whose output never depends on input values: expected, counted apart
+    for c in (case("torch.zeros_like", T([4, 64], "float32"), dtype="float32"), case("torch.zeros", {"value": [2, 8]})):
+        assert judge(run_case(c), rtol=0, atol=0).vacuous == "constant op"
+
+
+def test_a_target_that_never_computed_the_op_is_not_exercised():
+    # dynamo evaluates promote_types while tracing: the backend never gets a graph
+    c = case("torch.promote_types", {"value": "torch.float16"}, {"value": "torch.float32"})
+    ex = run_case(c, backend="aot_eager")
+    v = judge(ex, rtol=0, atol=0)
+    assert (v.outcome, v.stage, ex.backend_calls) == ("not_exercised", "not exercised", 0)
+    # eager on the CPU computes it: exercised
+    assert judge(run_case(c), rtol=0, atol=0).outcome == "passed"
+    # an output left off the target device
+    ex = execute.Execution(op="x", signature=None, device="meta", backend="eager")
+    execute._check_exercised(ex, None, torch.ones(2), torch.device("meta"))
+    assert not ex.exercised and "not on the target device meta" in ex.not_exercised
+
+
+def test_inductor_lowering_is_recorded():
+    ex = run_case(case("torch.nn.functional.linear", T([8, 64], "float32"), T([32, 64], "float32"), dtype="float32"),
+                  backend="inductor")
+    assert ex.lowering["kind"] == "extern" and ex.lowering["extern"] == ["mm"]
+    ex = run_case(case("torch.relu", T([8, 64], "float32"), dtype="float32"), backend="inductor")
+    assert ex.lowering["kind"] == "generated" and ex.lowering["kernels"] >= 1
+
+
+@pytest.mark.parametrize("broken, stage", [("trace", "compile: dynamo trace"), ("backend", "compile: backend compiler"),
+                                           ("runtime", "runtime")])
+def test_failure_stages_of_a_compiled_target(broken, stage):
+    def backend(gm, example_inputs):
+        if broken == "backend":
+            raise RuntimeError("the backend compiler gave up")
+
+        def run(*args):
+            raise RuntimeError("the kernel faulted")
+        return run if broken == "runtime" else gm
+
+    c = case("torch.relu", T([4], "float32"), dtype="float32")
+    if broken == "trace":
+        c = case("torch.Tensor.tolist", T([4], "float32"), dtype="float32")  # data-dependent: fullgraph refuses
+    v = judge(run_case(c, backend=backend), rtol=0, atol=0)
+    assert (v.outcome, v.stage) == ("error", stage)
