@@ -96,7 +96,7 @@ def _spec_dest(name: str) -> str:
 
 
 def pytest_addoption(parser):
-    from casedb.runspec import negative, spec_fields
+    from casedb.runspec import field_default, negative, spec_fields
 
     g = parser.getgroup("casedb", "casedb: model operator cases from the case DB (RFC-0186)")
     _RFC_ALIASES.clear()
@@ -110,7 +110,7 @@ def pytest_addoption(parser):
         if not flag.pytest:
             continue
         dest = _spec_dest(f.name)
-        default = f.default if not callable(f.default_factory) else f.default_factory()
+        default = field_default(f.name)
         if isinstance(default, bool):
             on, off = flag.pytest, negative(flag.pytest)
             if default:

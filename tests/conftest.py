@@ -1,5 +1,6 @@
 import hashlib
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,13 @@ def cli(db_path):
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def rows(db, sql: str, params=()) -> list[dict]:
+    """The rows a query returns from a casedb file, as dicts (read-only; a fresh connection)."""
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(sql, list(params))]
+    finally:
+        con.close()

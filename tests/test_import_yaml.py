@@ -1,23 +1,15 @@
 """RFC YAML manifests: import, dedupe, export round trip, bad input."""
 
 import json
-import sqlite3
 
 import pytest
 
-from tests.conftest import sha256_of
+from tests.conftest import rows, sha256_of
 
 BROKEN = ["syntax_error", "unknown_dtype", "negative_dim", "unknown_preset", "forbidden_py", "forbidden_skip_if",
           "unknown_key"]
 
 
-def rows(db, sql):
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql)]
-    finally:
-        con.close()
 
 
 def test_rfc_template_imports_13_cases_and_is_idempotent(cli, data_dir, db_path):

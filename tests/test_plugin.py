@@ -1,7 +1,6 @@
 """The pytest plugin: RFC-0186's options, markers, ids and recording, through pytester sessions."""
 
 import json
-import sqlite3
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -13,6 +12,7 @@ import casedb.execute  # noqa: F401
 import casedb.runner  # noqa: F401
 import casedb.store  # noqa: F401
 import importers.yaml_manifest  # noqa: F401 (its PyYAML classes must not be re-imported by a pytester session)
+from tests.conftest import rows
 
 # Imported before any pytester fixture snapshots sys.modules: an in-process pytester session
 # drops the modules it imported when it ends, and torch's (inductor's registries among them)
@@ -129,13 +129,6 @@ def occurrences(db, models, markexpr=None):
         return store.occurrences(models, markexpr=markexpr)
 
 
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 # ------------------------------------------------------------------------------ collection

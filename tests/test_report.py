@@ -6,6 +6,7 @@ import pytest
 import sqlite_utils
 
 from tests import runs_data
+from tests.conftest import rows
 
 def repro(db_path, name: str) -> str:
     """The repro command a report shows: the case by signature prefix (a name can hold anything)."""
@@ -29,13 +30,6 @@ def two_runs(cli, tmp_path, db_path):
     return runs_data.two_runs(cli, tmp_path, db_path)
 
 
-def rows(db_path, sql, params=()):
-    con = sqlite3.connect(db_path)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql, params)]
-    finally:
-        con.close()
 
 
 def test_compare_names_exactly_the_case_that_flipped_to_fail(cli, two_runs, db_path):

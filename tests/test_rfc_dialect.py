@@ -3,7 +3,6 @@ the tuple a chunk returns, outputs that are not tensors, and index inputs invali
 
 import json
 import math
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 from casedb import casespec, execute, safe_eval, valid_inputs
 from casedb.numerics import Policy
 from casedb.store import Store
-from tests.conftest import sha256_of
+from tests.conftest import rows, sha256_of
 
 DIALECT = Path(__file__).parent / "data" / "rfc_dialect"
 INVALID = {
@@ -24,13 +23,6 @@ INVALID = {
 OPAQUE = {"torch.amp.autocast_mode._enter_autocast.1", "torch.autocast.1", "torch.no_grad.1", "torch.device.1"}
 
 
-def rows(db, sql, params=()):
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql, params)]
-    finally:
-        con.close()
 
 
 def stored(db, model, name):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import rows
+
 RA = """\
 model: ra
 default: {dtype: fp16, rtol: 1.0e-3, atol: 1.0e-3}
@@ -129,13 +131,6 @@ def db(cli, db_path, tmp_path):
     return db_path
 
 
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 def run_json(cli, *args, db=None, code=0):

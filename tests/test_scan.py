@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import linecache
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -477,6 +478,11 @@ def matrix_scans():
     return {m: scan.scan(MATRIX / f"{m}.yaml") for m in MATRIX_MODELS}
 
 
+def without_line_numbers(record: dict) -> dict:
+    """The record with each `file.py:123` of its source location as `file.py:N`."""
+    return json.loads(re.sub(r"(\.py):\d+", r"\1:N", json.dumps(record)))
+
+
 def ops_of(result, path):
     return {r["case"]["op"] for r in result.cases if path in r["paths"]}
 
@@ -506,9 +512,10 @@ def test_static_cache_alone_calls_index_copy(matrix_scans):
     copies = cases(r, "torch.Tensor.index_copy_")
     assert copies and all(set(c["paths"]) <= set(static) for c in copies)
     assert all("torch.Tensor.index_copy_" in ops_of(r, p) for p in static)
-    # prefill writes the 12 prompt positions of a cache of 12 + 64 (generate's room), keys first
-    assert copies[0] == {
-        "type": "case", "model": "tiny-granite4h", "where": "transformers/cache_utils.py:486", "count": 1,
+    # prefill writes the 12 prompt positions of a cache of 12 + 64 (generate's room), keys first;
+    # transformers' line numbers move between its releases (CI installs the newest 5.x)
+    assert without_line_numbers(copies[0]) == {
+        "type": "case", "model": "tiny-granite4h", "where": "transformers/cache_utils.py:N", "count": 1,
         "paths": ["static-sdpa-grouped_mm-b1-s12", "static-eager-grouped_mm-b1-s12"],
         "case": {"op": "torch.Tensor.index_copy_",
                  "inputs": [{"tensor": {"shape": [1, 2, 76, 16], "dtype": "bf16"}}, {"value": 2},
@@ -516,7 +523,7 @@ def test_static_cache_alone_calls_index_copy(matrix_scans):
                             {"tensor": {"shape": [1, 2, 12, 16], "dtype": "bf16", "preset": "strided",
                                         "preset_args": {"stride": [384, 16, 32, 1], "storage_offset": 0}}}],
                  "attrs": {},
-                 "description": "File: transformers/cache_utils.py:486\n"
+                 "description": "File: transformers/cache_utils.py:N\n"
                                 "Code: self.keys.index_copy_(2, cache_position, key_states)\n"
                                 "Paths: static-sdpa-grouped_mm-b1-s12, static-eager-grouped_mm-b1-s12"}}
 

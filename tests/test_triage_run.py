@@ -4,12 +4,11 @@ backend then shows them passing with the hint to remove their entries. The pytes
 reads the same files."""
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import sha256_of
+from tests.conftest import rows, sha256_of
 
 pytest_plugins = ("pytester",)
 
@@ -35,13 +34,6 @@ FAULTY = ("--backend", "casedb_test_faulty", "--import", str(TRIAGE / "faulty_ba
 RUN = ("run", "--model", "tiny", "--device", "cpu", "-j", "0", "--no-progress", "--json")
 
 
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 def judged(db, run_id):

@@ -11,14 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import sqlite3
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import DATA, sha256_of
+from tests.conftest import DATA, rows, sha256_of
 
 HOSTILE = Path(__file__).parent / "data"
 pytestmark = pytest.mark.timeout(300)
@@ -65,13 +64,6 @@ def quoted(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def rows(db, sql, params=()):
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql, params)]
-    finally:
-        con.close()
 
 
 def manifest(tmp_path: Path, body: str, name: str = "m.yaml", model: str = "hostile") -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.conftest import rows
 
 INJECT = '"""\nimport pathlib; pathlib.Path({marker!r}).touch()\n"""'
 CPU_EAGER = ("--device", "cpu", "--backend", "eager", "-j", "0", "--no-progress")
@@ -26,13 +27,6 @@ def add_case(name: str, rows: int = 4) -> dict:
                                                          {"tensor": {"shape": [rows, 64]}}]}
 
 
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 def run_plain_python(path: Path, *args):
