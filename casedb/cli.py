@@ -310,15 +310,16 @@ def scan_cmd(
 
 # ------------------------------------------------------------------------------- run / repro
 
-def _spec_parameters() -> list[inspect.Parameter]:
-    """`casedb run`'s options, one per RunSpec field that has `casedb run` flags."""
+def _spec_parameters(*, skip: tuple = (), helps: dict | None = None) -> list[inspect.Parameter]:
+    """`casedb run`'s options, one per RunSpec field that has `casedb run` flags (but ``skip``;
+    ``helps`` rewords a field's help where another command gives it another meaning)."""
     from casedb.runspec import SAME, field_default, negative, spec_fields
 
     types = {"list": Optional[List[str]], "bool": bool, "int": int, "float": float, "str": str,
              "str | None": Optional[str], "int | None": Optional[int]}
     params = []
     for f, flag in spec_fields():
-        if not flag.cli:
+        if not flag.cli or f.name in skip:
             continue
         default = field_default(f.name) if flag.cli_default is SAME else flag.cli_default
         decls = list(flag.cli)
@@ -330,9 +331,16 @@ def _spec_parameters() -> list[inspect.Parameter]:
         if flag.choices:  # Typer checks and lists the values of an Enum
             annotation = enum.Enum(f.name.title(), {c: c for c in flag.choices}, type=str)
             default = annotation(default)
-        option = typer.Option(default, *decls, help=flag.help, metavar=flag.metavar, show_default=default not in (None, ""))
+        option = typer.Option(default, *decls, help=(helps or {}).get(f.name, flag.help), metavar=flag.metavar,
+                              show_default=default not in (None, ""))
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
     return params
+
+
+def _option(name: str, annotation, default, *decls, help: str) -> inspect.Parameter:
+    """A command's own option (beside the RunSpec ones), for a signature built at import."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, *decls, help=help))
 
 
 def run_cmd(**options):
@@ -364,10 +372,8 @@ run_cmd.__signature__ = inspect.Signature([
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[int], default=typer.Option(
         None, "--resume", metavar="RUN_ID",
         help="Finish run RUN_ID (its selection and target; give its --import modules again).")),
-    inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                      default=typer.Option(False, "--json", help="Print the summary as JSON.")),
-    inspect.Parameter("no_progress", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                      default=typer.Option(False, "--no-progress", help="No progress bar.")),
+    _option("as_json", bool, False, "--json", help="Print the summary as JSON."),
+    _option("no_progress", bool, False, "--no-progress", help="No progress bar."),
 ])
 app.command("run")(run_cmd)
 
@@ -634,35 +640,25 @@ def triage_import_cmd(
 
 # ----------------------------------------------------------------------------------- mutants
 
-@app.command("mutants")
-def mutants_cmd(
-    model: Optional[List[str]] = typer.Option(None, "--model", help="The model whose cases are scored (repeatable)."),
-    mutant: Optional[List[str]] = typer.Option(None, "--mutant", help="Only this mutant (repeatable; default: all)."),
-    backend: str = typer.Option("eager", "--backend", help="The real backend the mutants wrap: eager (dynamo's: the "
-                                                           "captured graph run eagerly), aot_eager, inductor, ..."),
-    device: Optional[str] = typer.Option(None, "--device", help="Target device (default: cuda when available, else cpu)."),
-    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) with your own mutants "
-                                                                       "or backend (repeatable)."),
-    judge: str = typer.Option("both", "--judge", help="tolerance, ulp or both (see casedb.numerics)."),
-    op: Optional[str] = typer.Option(None, "--op", help="Only cases of this op."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N cases."),
-    shard: Optional[str] = typer.Option(None, "--shard", help="Only slice I/N of the cases (stable by signature: "
-                                                              "a sample of the whole model), e.g. 1/8."),
-    jobs: int = typer.Option(1, "-j", "--jobs", help="Worker processes per run (0: in this process)."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per case (0: none)."),
-    show: int = typer.Option(5, "--show", help="Survivors and false alarms listed per mutant (--json has all)."),
-    list_only: bool = typer.Option(False, "--list", help="List the registered mutants and exit."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress output."),
-):
+MUTANT_BASE_HELP = ("The real backend the mutants wrap (default eager: dynamo's, the captured graph run by PyTorch; "
+                    "aot_eager, inductor, or one registered by an --import module).")
+
+
+def mutants_cmd(**options):
     """Mutation score: run the control and faulty backends (casedb.mutants) over a model's cases;
-    per mutant, the cases it changes and how many of them fail. Exit 1 on a false alarm."""
+    per mutant, the cases it changes and how many of them fail. Exit 1 on a false alarm.
+
+    The selection and target options are casedb run's (every mark unless -m is given)."""
     from casedb import mutation
     from casedb.runspec import RunSpec
 
+    mutant, show, list_only = options.pop("mutant"), options.pop("show"), options.pop("list_only")
+    as_json, no_progress = options.pop("as_json"), options.pop("no_progress")
+    options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
+    base = options.pop("backend")  # None: casedb.mutants.DEFAULT_BASE
     try:
         if list_only:
-            known = mutation.registry(imports or [])
+            known = mutation.registry(options.get("imports") or [])
             rows = [{"name": m.name, "kind": m.kind, "backend": m.backend, "doc": m.doc} for m in known.values()]
             if as_json:
                 emit_json(rows)
@@ -670,11 +666,8 @@ def mutants_cmd(
                 for r in rows:
                     console.print(f"{r['name']} ({r['kind']}): {r['doc']}", highlight=False, soft_wrap=True)
             return
-        if judge not in ("tolerance", "ulp", "both"):
-            fail(f"--judge takes tolerance, ulp or both, not {judge!r}")
-        spec = RunSpec(models=list(model or []), device=device, imports=list(imports or []), judge=judge, op=op,
-                       limit=limit, shard=shard, jobs=jobs, timeout=timeout, markexpr="").validate()
-        report = mutation.run_mutants(spec, mutants=mutant, base=backend, db=state.db,
+        spec = RunSpec(**options).validate()
+        report = mutation.run_mutants(spec, mutants=mutant, base=base, db=state.db,
                                       progress=not (no_progress or as_json), console=err_console)
     except CasedbError as e:
         fail(e)
@@ -684,6 +677,17 @@ def mutants_cmd(
         mutation.print_report(report, console, show=show)
     if report["control"]["false_alarms"]:
         raise typer.Exit(1)
+
+
+mutants_cmd.__signature__ = inspect.Signature([
+    *_spec_parameters(helps={"backend": MUTANT_BASE_HELP}),
+    _option("mutant", Optional[List[str]], None, "--mutant", help="Only this mutant (repeatable; default: all)."),
+    _option("show", int, 5, "--show", help="Survivors and false alarms listed per mutant (--json has all)."),
+    _option("list_only", bool, False, "--list", help="List the registered mutants (with --import's) and exit."),
+    _option("as_json", bool, False, "--json", help="Machine-readable report."),
+    _option("no_progress", bool, False, "--no-progress", help="No progress output."),
+])
+app.command("mutants")(mutants_cmd)
 
 
 class _stdout:

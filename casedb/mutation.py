@@ -76,7 +76,7 @@ def _base_env(base: str):
             os.environ[BASE_ENV] = old
 
 
-def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str = "eager", db=None,
+def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None = None, db=None,
                 progress: bool = True, console=None) -> dict:
     """Run the control and each mutant over ``spec``'s selection (a :class:`~casedb.runspec.RunSpec`
     whose backend and markexpr are set here); returns :func:`score`'s report."""
@@ -86,6 +86,7 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str = "eage
 
     if not spec.models:
         raise CasedbError("give --model: the mutation score is a model's")
+    base = base or mutants_mod.DEFAULT_BASE
     if base != "eager":
         import torch
 
