@@ -80,6 +80,9 @@ class RunSpec:
                                        cli=("--limit",), pytest="--casedb-limit", metavar="N"))
     shard: str | None = opt(None, Flag("Only slice I/N (stable by signature), e.g. 2/4.",
                                        cli=("--shard",), pytest="--casedb-shard", metavar="I/N"))
+    max_numel: int | None = opt(None, Flag(
+        "Only cases whose inputs hold at most N elements in all (a device with little memory).",
+        cli=("--max-numel",), pytest="--casedb-max-numel", metavar="N"))
     triage: list = opt(None, Flag(
         "Triage file (YAML: expected status per case and target, tolerance rules; repeatable; default "
         "triage/*.yaml when present; see casedb.triage).", cli=("--triage",), pytest="--casedb-triage",

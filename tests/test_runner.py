@@ -237,6 +237,10 @@ def test_selection_options(cli, db):
     assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "--limit", "2")["executed"] == 2
     assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "--op", "torch.relu")["executed"] == 1
     assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "-k", "mul")["executed"] == 1
+    # relu's one [8, 64] input holds 512 elements; add's and mul's two [4, 64] inputs 512 together
+    small = run_json(cli, "--model", "ra", *CPU, "-j", "0", "--max-numel", "511")
+    assert small["executed"] == 0 and small["status"] == "finished"
+    assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "--max-numel", "512")["executed"] == 3
     one = run_json(cli, *CPU, "-j", "0", "--shard", "1/2")
     two = run_json(cli, *CPU, "-j", "0", "--shard", "2/2")
     assert one["cases"] + two["cases"] == 5
