@@ -33,7 +33,7 @@ def pytest_args(spec: RunSpec, *, db: Path, run_id: int, workdir: Path, max_case
     # importlib mode: each run's generated test module is its own, even within one process
     args = [str(workdir / TEST_FILE), "-c", str(workdir / "pytest.ini"), "--rootdir", str(workdir),
             "--import-mode", "importlib", "-p", "no:cacheprovider", "-p", "no:benchmark", "-q", "--strict-markers",
-            "--casedb-db", str(db), "--casedb-run-id", str(run_id)]
+            f"--casedb-db={db}", "--casedb-run-id", str(run_id)]
     # only the plugins a run needs (see _no_plugin_autoload): the session and its workers start faster
     args += ["-p", "casedb.pytest_plugin", "-p", "xdist.plugin", "-p", "pytest_timeout"]
     args += spec.pytest_argv()

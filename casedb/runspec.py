@@ -26,6 +26,16 @@ SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
 
 
+
+def _joined(name: str, value: str) -> list[str]:
+    """One argv element for an option and its value (``--casedb-op=V``, ``-mV``): a value given
+    as an element of its own is read by pytest's early ``-p`` scan, so ``--op=-pNAME`` (or a stored
+    selection of a DB from elsewhere) would import NAME as a plugin before any option is parsed."""
+    if name.startswith("--"):
+        return [f"{name}={value}"]
+    return [f"{name}{value}"] if value else [name, value]
+
+
 @dataclass(frozen=True)
 class Flag:
     """How one RunSpec option is spelled and what it is."""
@@ -164,15 +174,15 @@ class RunSpec:
                 continue
             if f.name == "markexpr":
                 if value is not None:
-                    args += ["-m", value]
+                    args += _joined("-m", value)
             elif isinstance(default, bool) or f.type == "bool":
                 if value != default:
                     args.append(name if value else negative(name))
             elif isinstance(value, list):
                 for v in value:
-                    args += [name, str(v)]
+                    args += _joined(name, str(v))
             elif value is not None and value != default:
-                args += [name, str(value)]
+                args += _joined(name, str(value))
         return args
 
     def validate(self) -> "RunSpec":

@@ -129,6 +129,28 @@ def test_resume_never_imports_a_module_the_database_names(cli, db_path, tmp_path
     assert rows(db_path, "SELECT count(*) AS n FROM results")[0]["n"] == 2
 
 
+def test_option_values_never_reach_pytests_plugin_scan(cli, db_path, tmp_path, monkeypatch):
+    # pytest imports NAME for any argv element "-pNAME" before it parses options: a value given as
+    # an element of its own (an --op, a -k or -m, a stored selection of a DB from elsewhere) must not be one
+    marker = tmp_path / "pwned"
+    (tmp_path / "plantedplug.py").write_text(PLANTED.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    manifest(tmp_path / "a.yaml", "m", [add_case("one"), add_case("two", 8)])
+    assert cli("import", tmp_path / "a.yaml").exit_code == 0
+    res = cli("run", *CPU_EAGER, "--op=-pplantedplug")
+    assert not marker.exists()
+    assert res.exit_code == 0, res.output
+    assert cli("run", *CPU_EAGER, "--limit", "1").exit_code == 0
+    conn = sqlite3.connect(db_path)
+    sel = json.loads(conn.execute("SELECT selection FROM runs WHERE id = 2").fetchone()[0])
+    sel["options"].update(op="-pplantedplug", limit=None)
+    conn.execute("UPDATE runs SET selection = ?, status = 'interrupted' WHERE id = 2", [json.dumps(sel)])
+    conn.commit()
+    conn.close()
+    cli("run", "--resume", "2", "-j", "0", "--no-progress")
+    assert not marker.exists()
+
+
 # ------------------------------------------------------------- 6: identity never from display text
 
 @pytest.mark.parametrize("jobs", ["0", "1"])
