@@ -373,28 +373,46 @@ def _compute_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
     return torch.float64 if wide else torch.float32
 
 
+CHUNK = 1 << 24  # elements measured at a time (float64 temporaries of 128 MiB each)
+
+
+def _chunks(*ts: torch.Tensor):
+    """Equal flat slices of same-shaped tensors, CHUNK elements at a time: measured whole, the
+    float64 temporaries of one 445M-element attention score took a worker past 22 GiB."""
+    flat = [t.reshape(-1) for t in ts]
+    for i in range(0, flat[0].numel(), CHUNK):
+        yield [f[i:i + CHUNK] for f in flat]
+
+
+def _max(current: float | None, t: torch.Tensor) -> float | None:
+    """The larger of ``current`` and ``t``'s largest element (``current`` when ``t`` is empty)."""
+    if t.numel() == 0:
+        return current
+    m = float(t.max())
+    return m if current is None else max(current, m)
+
+
 def _float_values(ref, out, path, acc: _Acc):
     ct = _compute_dtype(ref.dtype, out.dtype)
-    b = ref.to(ct)
-    a = out.to(ct)
-    diff = (a - b).abs()
-    babs = b.abs()
     rtol, atol = acc.tol(ref.dtype)
-    close = diff <= babs * rtol + atol
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    all_finite = bool(finite.all())
-    if not all_finite:
-        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-        close = torch.where(finite, close, same)
-        if bool((~finite & ~same).any()):
-            acc.nan_inf = True
-        diff = diff.masked_fill(~finite, 0)
-    bad = int((~close).sum())
-    max_abs = float(diff.max())
-    nz = babs > 0
-    if not all_finite:
-        nz &= finite
-    max_rel = float((diff[nz] / babs[nz]).max()) if bool(nz.any()) else None
+    bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
+    for r, o in _chunks(ref, out):
+        b, a = r.to(ct), o.to(ct)
+        diff = (a - b).abs()
+        babs = b.abs()
+        close = diff <= babs * rtol + atol
+        nz = babs > 0
+        finite = torch.isfinite(a) & torch.isfinite(b)
+        if not bool(finite.all()):
+            same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+            close = torch.where(finite, close, same)
+            nan_inf |= bool((~finite & ~same).any())
+            diff = diff.masked_fill(~finite, 0)
+            nz &= finite
+        bad += int((~close).sum())
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = _max(max_rel, diff[nz] / babs[nz])
+    acc.nan_inf |= nan_inf
     acc.err(max_abs, max_rel)
     if bad:
         acc.mismatch += bad
@@ -405,46 +423,66 @@ def _float_values(ref, out, path, acc: _Acc):
                        f"rtol={rtol:g}*|ref|; max abs err {max_abs:.3g}, max rel err {rel}{extra}")
 
 
-def _ulp_scale(hi: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The spacing of ``dtype`` at each element of ``hi`` (float64), measured at no less than the
-    tensor's largest magnitude / ULP_SCALE_FLOOR."""
+def _ulp_top(hi: torch.Tensor) -> float:
+    """The largest finite magnitude of ``hi`` (0 when none)."""
+    top = 0.0
+    for (h,) in _chunks(hi):
+        mag = h.abs()
+        top = _max(top, mag[torch.isfinite(mag)])
+    return top
+
+
+def _ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float) -> torch.Tensor:
+    """The spacing of ``dtype`` at each element of ``h`` (float64), measured at no less than the
+    tensor's largest magnitude ``top`` / ULP_SCALE_FLOOR."""
     info = torch.finfo(dtype)
-    mag = hi.abs()
-    finite = torch.isfinite(mag)
-    top = float(mag[finite].max()) if bool(finite.any()) else 0.0
-    mag = torch.clamp(mag.masked_fill(~finite, 1.0), min=max(top / ULP_SCALE_FLOOR, info.tiny))
+    mag = h.abs()
+    mag = torch.clamp(mag.masked_fill(~torch.isfinite(mag), 1.0), min=max(top / ULP_SCALE_FLOOR, info.tiny))
     return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
 
 
-def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor | None = None) -> float:
+def _ulp_errors(x: torch.Tensor, hi: torch.Tensor) -> float:
     """The largest |x - hi| over finite elements, in ULPs of x's dtype."""
-    h = hi.to(torch.float64)
-    scale = _ulp_scale(h, x.dtype) if scale is None else scale
-    a = x.to(torch.float64)
-    ok = torch.isfinite(a) & torch.isfinite(h)
-    if not bool(ok.any()):
-        return 0.0
-    return float(((a - h).abs() / scale)[ok].max())
+    top, worst = _ulp_top(hi), 0.0
+    for xc, hc in _chunks(x, hi):
+        h, a = hc.to(torch.float64), xc.to(torch.float64)
+        ok = torch.isfinite(a) & torch.isfinite(h)
+        worst = _max(worst, ((a - h).abs() / _ulp_scale(h, x.dtype, top))[ok])
+    return worst
 
 
 def _ulp_values(ref, out, hi, path, acc: _Acc):
-    h = hi.to(torch.float64)
-    a, b = out.to(torch.float64), ref.to(torch.float64)
-    scale = _ulp_scale(h, ref.dtype)
-    e_t, e_r = _ulp_errors(out, h, scale), _ulp_errors(ref, h, scale)
+    top = _ulp_top(hi)
+    e_t, e_r = 0.0, 0.0
+    for o, r, hc in _chunks(out, ref, hi):
+        h = hc.to(torch.float64)
+        scale = _ulp_scale(h, ref.dtype, top)
+        for x, e in ((o, "t"), (r, "r")):
+            a = x.to(torch.float64)
+            err = ((a - h).abs() / scale)[torch.isfinite(a) & torch.isfinite(h)]
+            if e == "t":
+                e_t = _max(e_t, err)
+            else:
+                e_r = _max(e_r, err)
     acc.ulp(e_t, e_r)
     bound = max(acc.ulp_k * e_r, acc.ulp_floor)
-    diff = (a - b).abs()
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    bad = (~finite & ~same) | (finite & torch.isfinite(h) & ((a - h).abs() / scale > bound))
-    if bool((~finite & ~same).any()):
-        acc.nan_inf = True
-    diff = diff.masked_fill(~finite, 0)
-    babs = b.abs()
-    nz = (babs > 0) & finite
-    acc.err(float(diff.max()), float((diff[nz] / babs[nz]).max()) if bool(nz.any()) else None)
-    n_bad = int(bad.sum())
+    n_bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
+    for o, r, hc in _chunks(out, ref, hi):
+        h = hc.to(torch.float64)
+        a, b = o.to(torch.float64), r.to(torch.float64)
+        scale = _ulp_scale(h, ref.dtype, top)
+        finite = torch.isfinite(a) & torch.isfinite(b)
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        lost = ~finite & ~same
+        nan_inf |= bool(lost.any())
+        n_bad += int((lost | (finite & torch.isfinite(h) & ((a - h).abs() / scale > bound))).sum())
+        diff = (a - b).abs().masked_fill(~finite, 0)
+        babs = b.abs()
+        nz = (babs > 0) & finite
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = _max(max_rel, diff[nz] / babs[nz])
+    acc.nan_inf |= nan_inf
+    acc.err(max_abs, max_rel)
     if n_bad:
         acc.mismatch += n_bad
         n = ref.numel()
@@ -455,16 +493,17 @@ def _ulp_values(ref, out, hi, path, acc: _Acc):
 
 
 def _exact_values(ref, out, path, acc: _Acc):
-    a = out.to(torch.float64) if out.dtype != torch.bool else out.to(torch.int8).to(torch.float64)
-    b = ref.to(torch.float64) if ref.dtype != torch.bool else ref.to(torch.int8).to(torch.float64)
-    neq = out != ref if out.dtype == ref.dtype else a != b
-    diff = (a - b).abs()
-    babs = b.abs()
-    nz = babs > 0
-    max_rel = float((diff[nz] / babs[nz]).max()) if bool(nz.any()) else None
-    max_abs = float(diff.max())
+    bad, max_abs, max_rel = 0, 0.0, None
+    for r, o in _chunks(ref, out):
+        a = o.to(torch.float64) if o.dtype != torch.bool else o.to(torch.int8).to(torch.float64)
+        b = r.to(torch.float64) if r.dtype != torch.bool else r.to(torch.int8).to(torch.float64)
+        bad += int((o != r if o.dtype == r.dtype else a != b).sum())
+        diff = (a - b).abs()
+        babs = b.abs()
+        nz = babs > 0
+        max_rel = _max(max_rel, diff[nz] / babs[nz])
+        max_abs = max(max_abs, float(diff.max()))
     acc.err(max_abs, max_rel)
-    bad = int(neq.sum())
     if bad:
         acc.mismatch += bad
         n = ref.numel()

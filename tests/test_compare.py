@@ -196,3 +196,37 @@ def test_opaque_parts_beside_tensors_leave_the_result_comparable():
     c = compare({"output": (t, _Plain())}, {"output": (t + 1, _Plain())}, rtol=0, atol=0)
     assert not c.passed and c.where == "output[0]"
     assert compare({"output": None}, {"output": None}).comparable  # an op that returns nothing: nothing differs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.complex64, torch.int32, torch.bool])
+def test_measured_in_chunks_as_whole(monkeypatch, dtype):
+    # a large output is measured CHUNK elements at a time (float64 temporaries of the whole took a
+    # worker past its memory): every figure must be what one pass over the whole gives
+    import casedb.compare as cmp
+
+    g = torch.Generator().manual_seed(0)
+    hi = (torch.randn(6, 50, generator=g, dtype=torch.float64) * torch.logspace(-3, 2, 50, dtype=torch.float64))
+    if dtype == torch.bool:
+        ref = hi > 0
+        out = ref.clone()
+        out[3, 7] = ~out[3, 7]
+    elif dtype == torch.int32:
+        ref = (hi * 100).to(dtype)
+        out = ref.clone()
+        out[5, 49] += 3
+    else:
+        ref = hi.to(dtype)
+        out = (hi * (1 + 1e-3 * torch.rand(6, 50, generator=g, dtype=torch.float64))).to(dtype)
+        out[0, 1], ref[0, 1] = math.nan, math.nan
+        out[2, 3] = math.inf
+        out = out.t().contiguous().t()  # non-contiguous: flattened in logical order on both sides
+    kinds = [dict(rtol=1e-4, atol=1e-5)]
+    if dtype.is_floating_point:
+        kinds.append(dict(mode="ulp", hi=hi))
+    for kw in kinds:
+        whole = compare(ref, out, **kw).to_dict()
+        monkeypatch.setattr(cmp, "CHUNK", 7)
+        chunked = compare(ref, out, **kw).to_dict()
+        monkeypatch.setattr(cmp, "CHUNK", 1 << 24)
+        assert chunked == whole
+        assert not whole["passed"] and whole["mismatch_count"] > 0
