@@ -1,7 +1,7 @@
 """Mutation score of a model's real cases against PyTorch's own OpInfo sample inputs for the same ops.
 
     python bench/bench_mutants.py [--model granite4h] [--cases 16] [--samples 2] [--mutant NAME ...]
-                                  [--backend eager] [--judge both] [--db PATH] [--json]
+                                  [--backend eager] [--judge both] [--db PATH] [--exclude-op OP] [--json]
 
 The RFC's claim — real shapes and values catch what synthetic tests miss — as a number. The same
 faulty backends (:mod:`casedb.mutants`), the same execution core and the same judge
@@ -183,8 +183,8 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
     os.environ[mutants.BASE_ENV] = base
 
     def new_tally():
-        return {"changed": 0, "caught": 0, "survivors": [], "failed_unchanged": 0, "ops_changed": set(),
-                "ops_caught": set()}
+        return {"changed": 0, "caught": 0, "survivors": [], "within_precision": 0, "failed_unchanged": 0,
+                "ops_changed": set(), "ops_caught": set()}
 
     judges = {j: {"control": {"executed": 0, "passed": 0, "false_alarms": [], "other": {}, "ops": set()},
                   "mutants": {n: new_tally() for n in names}} for j in numerics.JUDGES}
@@ -212,7 +212,7 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                 note = ex.notes.get("mutant")
                 for j, v in verdicts.items():
                     t = judges[j]["mutants"][n]
-                    what = mutation.classify(ctrl[j].outcome, v.outcome, note)
+                    what = mutation.classify(ctrl[j].outcome, v.outcome, note, v.ulp_err)
                     if what in ("caught", "survived"):
                         t["changed"] += 1
                         t["ops_changed"].add(item.op)
@@ -226,6 +226,8 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                                                    "max_rel_err": v.max_rel_err, "tolerance": v.tolerance})
                     elif what == "failed_unchanged":
                         t["failed_unchanged"] += 1
+                    elif what == "within_precision":
+                        t["within_precision"] += 1
                 del ex
         if progress:
             print(f"\r{label}: {k}/{len(items)} cases, {time.perf_counter() - t0:.0f} s", end="", file=sys.stderr,
@@ -240,6 +242,59 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
     return {"judges": judges, "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def rescored(out: dict) -> dict:
+    """A saved report with survivors within precision (``mutation.classify``) counted apart, for
+    reports saved before that class existed (the survivors carry their ``ulp_err``)."""
+    from casedb.numerics import ULP_FLOOR
+
+    for side in ("real", "opinfo"):
+        for per in out[side]["judges"].values():
+            for t in per["mutants"].values():
+                if "within_precision" in t:
+                    continue
+                within = [sv for sv in t["survivors"] if sv["ulp_err"] is not None and sv["ulp_err"] <= ULP_FLOOR]
+                t["survivors"] = [sv for sv in t["survivors"] if sv not in within]
+                t["within_precision"] = len(within)
+                t["changed"] -= len(within)
+                t["score"] = round(t["caught"] / t["changed"], 4) if t["changed"] else None
+    return out
+
+
+def print_tables(out: dict, judge: str) -> None:
+    print(f"{out['model']}: {out['ops']} ops, {len(out['ops_without_opinfo'])} without an OpInfo "
+          f"({', '.join(out['ops_without_opinfo'])}); {out['real_cases']} real cases, {out['opinfo_cases']} OpInfo "
+          f"samples; base {out['base']}")
+    for side in ("real", "opinfo"):
+        for j, per in out[side]["judges"].items():
+            c = per["control"]
+            print(f"{side}, judge {j}: control passed {c['passed']} of {c['executed']}, false alarms "
+                  f"{len(c['false_alarms'])}, other {c['other']}")
+            for a in c["false_alarms"][:3]:
+                print(f"  false alarm: {a}")
+        print(f"{side}: {out[side]['seconds']} s")
+
+    def pct(t):
+        return "-" if t["score"] is None else f"{100 * t['score']:.0f} %"
+
+    for j in (judge, *[x for x in out["real"]["judges"] if x != judge]):
+        real_j, op_j = out["real"]["judges"][j], out["opinfo"]["judges"][j]
+        # the ops a mutant is caught on, counted over ops with a passing control case on both sides
+        common = set(real_j["control"]["ops"]) & set(op_j["control"]["ops"])
+        print(f"\njudge {j} ({len(common)} ops with passing control cases on both sides)\n")
+        print("| mutant | real: caught / changed | score | within precision | ops caught "
+              "| OpInfo: caught / changed | score | within precision | ops caught |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n in out["mutants"]:
+            r, o = real_j["mutants"][n], op_j["mutants"][n]
+            rc, oc = len(set(r["ops_caught"]) & common), len(set(o["ops_caught"]) & common)
+            print(f"| {n} | {r['caught']} / {r['changed']} | {pct(r)} | {r['within_precision']} | {rc} "
+                  f"| {o['caught']} / {o['changed']} | {pct(o)} | {o['within_precision']} | {oc} |")
+    for side in ("real", "opinfo"):
+        for n in out["mutants"]:
+            for sv in out[side]["judges"][judge]["mutants"][n]["survivors"][:3]:
+                print(f"{side} survivor of {n} (judge {judge}): {sv}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="granite4h")
@@ -250,13 +305,20 @@ def main() -> None:
                     help="OpInfo samples per (OpInfo, dtype), each also noncontiguous.")
     ap.add_argument("--no-noncontiguous", action="store_true", help="OpInfo samples as given only.")
     ap.add_argument("--mutant", action="append", help="Only these mutants (default: all).")
+    ap.add_argument("--exclude-op", action="append", default=[], metavar="OP",
+                    help="Leave this op's real cases out (e.g. torch._grouped_mm: bf16 on a CPU without bf16 "
+                         "instructions runs for minutes per execution, 15 executions per case).")
     ap.add_argument("--backend", default="eager", help="The base backend the mutants wrap.")
     ap.add_argument("--judge", default="both", choices=("tolerance", "ulp", "both"),
                     help="The judge whose table comes first (every judge is measured).")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="No progress on stderr.")
     ap.add_argument("--save", metavar="PATH", help="Also write the JSON report here.")
+    ap.add_argument("--report", metavar="PATH", help="Print the tables of a report saved with --save; run nothing.")
     args = ap.parse_args()
+    if args.report:
+        print_tables(rescored(json.loads(Path(args.report).read_text())), args.judge)
+        return
 
     import logging
 
@@ -274,7 +336,7 @@ def main() -> None:
         store = Store(db)
         if not args.db:
             ingest.import_paths(store, [ROOT / "manifests" / f"{args.model}.yaml"])
-        every = build_plan(store, [args.model])
+        every = [it for it in build_plan(store, [args.model]) if it.op not in args.exclude_op]
         # one case per op first (the first by signature, a hash), then the rest by signature
         by_sig = sorted(every, key=lambda it: it.signature)
         firsts = list({it.op: it for it in reversed(by_sig)}.values())
@@ -305,37 +367,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"{args.model}: {len(model_ops)} ops, {len(missing)} without an OpInfo ({', '.join(missing)}); "
-          f"{len(real)} real cases, {len(op_items)} OpInfo samples; base {args.backend}")
-    for side in ("real", "opinfo"):
-        for j, per in out[side]["judges"].items():
-            c = per["control"]
-            print(f"{side}, judge {j}: control passed {c['passed']} of {c['executed']}, false alarms "
-                  f"{len(c['false_alarms'])}, other {c['other']}")
-            for a in c["false_alarms"][:3]:
-                print(f"  false alarm: {a}")
-        print(f"{side}: {out[side]['seconds']} s")
-
-    def pct(t):
-        return "-" if t["score"] is None else f"{100 * t['score']:.0f} %"
-
-    for j in (args.judge, *[x for x in out["real"]["judges"] if x != args.judge]):
-        real_j, op_j = out["real"]["judges"][j], out["opinfo"]["judges"][j]
-        # the ops a mutant is caught on, counted over ops with a passing control case on both sides
-        common = set(real_j["control"]["ops"]) & set(op_j["control"]["ops"])
-        print(f"\njudge {j} ({len(common)} ops with passing control cases on both sides)\n")
-        print("| mutant | real: caught / changed | score | ops caught "
-              "| OpInfo: caught / changed | score | ops caught |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for n in names:
-            r, o = real_j["mutants"][n], op_j["mutants"][n]
-            rc, oc = len(set(r["ops_caught"]) & common), len(set(o["ops_caught"]) & common)
-            print(f"| {n} | {r['caught']} / {r['changed']} | {pct(r)} | {rc} | {o['caught']} / {o['changed']} "
-                  f"| {pct(o)} | {oc} |")
-    for side in ("real", "opinfo"):
-        for n in names:
-            for sv in out[side]["judges"][args.judge]["mutants"][n]["survivors"][:3]:
-                print(f"{side} survivor of {n} (judge {args.judge}): {sv}")
+    print_tables(out, args.judge)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,13 @@ through the mutant wrapper with no bug (``casedb_mutant_none``) — and once per
   (``results.metrics.notes.mutant.changed``), or a crash or timeout where the control passed;
 * **caught**: changed cases with a failing outcome (failed, error, crashed, timeout; never
   ``not_exercised`` or ``ref_error``);
-* **score** = caught / changed, over the cases the control passed (a case the control does not
-  pass cannot tell a bug from a false alarm);
+* **within precision**: changed cases that pass with the target's error against the
+  high-precision reference at most ``numerics.ULP_FLOOR`` ULPs of the output dtype (measured by the
+  ``ulp`` and ``both`` judges): the bug moved the output no further than a correct kernel may (a
+  bf16 softmax over 101 elements rounded once more) and no sound judge can call it wrong — counted
+  apart, not in the score (mutation testing's *equivalent mutants*);
+* **score** = caught / changed (within precision left out), over the cases the control passed (a
+  case the control does not pass cannot tell a bug from a false alarm);
 * **survivors**: changed cases that still pass, with their op, inputs and errors.
 
 Control failures are **false alarms**: the judge fails a correct backend.
@@ -121,16 +126,22 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
 
 # ------------------------------------------------------------------------------------ scoring
 
-def classify(control_outcome: str | None, outcome: str, note: dict | None) -> str:
+def classify(control_outcome: str | None, outcome: str, note: dict | None, ulp_err: float | None = None) -> str:
     """What one case says about one mutant: ``ineligible`` (the control did not pass),
-    ``caught``, ``survived`` (changed, still passes), ``unchanged``, or ``failed_unchanged`` (it
-    fails although the bug changed nothing: a flaky case, or a mutant that does not note)."""
+    ``caught``, ``survived`` (changed, still passes), ``within_precision`` (changed, passes, and
+    the target's ``ulp_err`` against the high-precision reference is within ``ULP_FLOOR``),
+    ``unchanged``, or ``failed_unchanged`` (it fails although the bug changed nothing: a flaky
+    case, or a mutant that does not note)."""
+    from casedb.numerics import ULP_FLOOR
+
     if control_outcome != "passed":
         return "ineligible"
     changed = bool((note or {}).get("changed")) or (not note and outcome in LOST)
     failing = outcome in FAILING
     if changed:
-        return "caught" if failing else "survived"
+        if failing:
+            return "caught"
+        return "within_precision" if ulp_err is not None and ulp_err <= ULP_FLOOR else "survived"
     return "failed_unchanged" if failing else "unchanged"
 
 
@@ -195,14 +206,17 @@ def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
                   "mutants": []}
         for name, run_id in mutant_runs.items():
             results = _results(conn, run_id)
-            changed, caught, survivors, odd = [], [], [], []
+            changed, caught, survivors, odd, within = [], [], [], [], []
             for sig, r in results.items():
-                what = classify(control[sig]["outcome"] if sig in control else None, r["outcome"], r["note"])
+                what = classify(control[sig]["outcome"] if sig in control else None, r["outcome"], r["note"],
+                                r["ulp_err"])
                 if what in ("caught", "survived"):
                     changed.append(sig)
                     (caught if what == "caught" else survivors).append(sig)
                 elif what == "failed_unchanged":
                     odd.append(sig)
+                elif what == "within_precision":
+                    within.append(sig)
             per_model = {}
             for m in models:
                 ch = [s for s in changed if any(mm == m for mm, _ in names.get(s, []))]
@@ -214,6 +228,7 @@ def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
                 "executed": len(results), "changed": len(changed), "caught": len(caught),
                 "score": _ratio(len(caught), len(changed)), "models": per_model,
                 "survivors": [_case(results[s], names) for s in survivors],
+                "within_precision": [_case(results[s], names) for s in within],
                 "failed_unchanged": [_case(results[s], names) for s in odd]})
         return report
     finally:
@@ -236,11 +251,12 @@ def print_report(report: dict, console, show: int = 5) -> None:
     table = Table(title=f"mutation score: {', '.join(report['models'])} on {report['base']} ({report['device']}, "
                         f"judge {report['judge']}); control run {ctrl['run_id']}: {ctrl['passed']} of "
                         f"{ctrl['executed']} passed, {ctrl['false_alarms']} false alarms")
-    for col in ("mutant", "run", "changed", "caught", "score", "survivors"):
+    for col in ("mutant", "run", "changed", "caught", "score", "within precision", "survivors"):
         table.add_column(col, justify="left" if col in ("mutant", "survivors") else "right", overflow="fold")
     for m in report["mutants"]:
         score = "-" if m["score"] is None else f"{100 * m['score']:.1f}%"
         table.add_row(m["name"], str(m["run_id"]), str(m["changed"]), str(m["caught"]), score,
+                      str(len(m["within_precision"])),
                       ", ".join(c["cases"][0] if c["cases"] else c["op"] for c in m["survivors"][:3])
                       + (" …" if len(m["survivors"]) > 3 else ""))
     console.print(table)
