@@ -376,7 +376,7 @@ def _compute_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
 CHUNK = 1 << 24  # elements measured at a time (float64 temporaries of 128 MiB each)
 
 
-def _chunks(*ts: torch.Tensor):
+def flat_chunks(*ts: torch.Tensor):
     """Equal flat slices of same-shaped tensors, CHUNK elements at a time: measured whole, the
     float64 temporaries of one 445M-element attention score took a worker past 22 GiB."""
     flat = [t.reshape(-1) for t in ts]
@@ -396,7 +396,7 @@ def _float_values(ref, out, path, acc: _Acc):
     ct = _compute_dtype(ref.dtype, out.dtype)
     rtol, atol = acc.tol(ref.dtype)
     bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
-    for r, o in _chunks(ref, out):
+    for r, o in flat_chunks(ref, out):
         b, a = r.to(ct), o.to(ct)
         diff = (a - b).abs()
         babs = b.abs()
@@ -426,7 +426,7 @@ def _float_values(ref, out, path, acc: _Acc):
 def _ulp_top(hi: torch.Tensor) -> float:
     """The largest finite magnitude of ``hi`` (0 when none)."""
     top = 0.0
-    for (h,) in _chunks(hi):
+    for (h,) in flat_chunks(hi):
         mag = h.abs()
         top = _max(top, mag[torch.isfinite(mag)])
     return top
@@ -444,7 +444,7 @@ def _ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float) -> torch.Tensor:
 def _ulp_errors(x: torch.Tensor, hi: torch.Tensor) -> float:
     """The largest |x - hi| over finite elements, in ULPs of x's dtype."""
     top, worst = _ulp_top(hi), 0.0
-    for xc, hc in _chunks(x, hi):
+    for xc, hc in flat_chunks(x, hi):
         h, a = hc.to(torch.float64), xc.to(torch.float64)
         ok = torch.isfinite(a) & torch.isfinite(h)
         worst = _max(worst, ((a - h).abs() / _ulp_scale(h, x.dtype, top))[ok])
@@ -454,7 +454,7 @@ def _ulp_errors(x: torch.Tensor, hi: torch.Tensor) -> float:
 def _ulp_values(ref, out, hi, path, acc: _Acc):
     top = _ulp_top(hi)
     e_t, e_r = 0.0, 0.0
-    for o, r, hc in _chunks(out, ref, hi):
+    for o, r, hc in flat_chunks(out, ref, hi):
         h = hc.to(torch.float64)
         scale = _ulp_scale(h, ref.dtype, top)
         for x, e in ((o, "t"), (r, "r")):
@@ -467,7 +467,7 @@ def _ulp_values(ref, out, hi, path, acc: _Acc):
     acc.ulp(e_t, e_r)
     bound = max(acc.ulp_k * e_r, acc.ulp_floor)
     n_bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
-    for o, r, hc in _chunks(out, ref, hi):
+    for o, r, hc in flat_chunks(out, ref, hi):
         h = hc.to(torch.float64)
         a, b = o.to(torch.float64), r.to(torch.float64)
         scale = _ulp_scale(h, ref.dtype, top)
@@ -494,7 +494,7 @@ def _ulp_values(ref, out, hi, path, acc: _Acc):
 
 def _exact_values(ref, out, path, acc: _Acc):
     bad, max_abs, max_rel = 0, 0.0, None
-    for r, o in _chunks(ref, out):
+    for r, o in flat_chunks(ref, out):
         a = o.to(torch.float64) if o.dtype != torch.bool else o.to(torch.int8).to(torch.float64)
         b = r.to(torch.float64) if r.dtype != torch.bool else r.to(torch.int8).to(torch.float64)
         bad += int((o != r if o.dtype == r.dtype else a != b).sum())

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from casedb import dtypes, numerics, outcomes
-from casedb.compare import Comparison, compare
+from casedb.compare import Comparison, compare, flat_chunks
 from casedb.materialize import Prepared, prepare, torch_dtype, upcast_caster
 from casedb.ops import UnknownOpError, get_arg, op_info
 
@@ -244,13 +244,20 @@ def _constant_kind(t: torch.Tensor, tol) -> str | None:
     if t.dtype.is_complex:
         t = torch.view_as_real(t)
     if t.dtype.is_floating_point:
-        v = t.to(torch.float64)
-        if not bool(torch.isfinite(v).all()):
-            return None
-        if bool((v.abs() <= atol).all()):
+        zero = constant = True
+        c = None
+        for (x,) in flat_chunks(t):  # float64 of a whole 890M-element output would take 14 GiB more
+            v = x.to(torch.float64)
+            if not bool(torch.isfinite(v).all()):
+                return None
+            c = v[0] if c is None else c
+            zero = zero and bool((v.abs() <= atol).all())
+            constant = constant and bool(((v - c).abs() <= atol + rtol * c.abs()).all())
+            if not (zero or constant):
+                return None
+        if zero:
             return "zero"
-        c = v.reshape(-1)[0]
-        return "constant" if t.numel() >= 8 and bool(((v - c).abs() <= atol + rtol * c.abs()).all()) else None
+        return "constant" if t.numel() >= 8 and constant else None
     flat = t.reshape(-1)
     if not bool((flat == flat[0]).all()):
         return None

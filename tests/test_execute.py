@@ -248,3 +248,17 @@ def test_execution_is_a_plain_dataclass():
     ex = Execution(op="torch.add", signature=None, device="cpu", backend="eager")
     assert judge(ex, rtol=0, atol=0).outcome == "error"
     assert_jsonable(ex)
+
+
+def test_constant_kind_measured_in_chunks_as_whole(monkeypatch):
+    import casedb.compare as cmp
+    from casedb.execute import _constant_kind
+
+    tol = (1.3e-6, 1e-5)
+    tensors = {"zero": torch.full((5, 7), 1e-6), "constant": torch.full((5, 7), 3.0),
+               None: torch.cat([torch.full((30,), 3.0), torch.tensor([3.5, 3.0, 3.0, 3.0, 3.0])]),
+               "nan": torch.tensor([0.0] * 20 + [float("nan")])}
+    for chunk in (1 << 24, 3):
+        monkeypatch.setattr(cmp, "CHUNK", chunk)
+        assert {k: _constant_kind(t, tol) for k, t in tensors.items()} == {
+            "zero": "zero", "constant": "constant", None: None, "nan": None}
