@@ -245,14 +245,14 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
 def rescored(out: dict) -> dict:
     """A saved report with survivors within precision (``mutation.classify``) counted apart, for
     reports saved before that class existed (the survivors carry their ``ulp_err``)."""
-    from casedb.numerics import ULP_FLOOR
+    from casedb.mutation import within_precision
 
     for side in ("real", "opinfo"):
         for per in out[side]["judges"].values():
             for t in per["mutants"].values():
                 if "within_precision" in t:
                     continue
-                within = [sv for sv in t["survivors"] if sv["ulp_err"] is not None and sv["ulp_err"] <= ULP_FLOOR]
+                within = [sv for sv in t["survivors"] if within_precision(sv["ulp_err"])]
                 t["survivors"] = [sv for sv in t["survivors"] if sv not in within]
                 t["within_precision"] = len(within)
                 t["changed"] -= len(within)

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from casedb import history, outcomes
+from casedb.numerics import ULP_FLOOR
 from casedb.errors import CasedbError
 from casedb.serial import loads
 
@@ -126,14 +127,18 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
 
 # ------------------------------------------------------------------------------------ scoring
 
+def within_precision(ulp_err: float | None) -> bool:
+    """Whether a target error (ULPs against the high-precision reference; None: not measured) is
+    no larger than a correct kernel's may be."""
+    return ulp_err is not None and ulp_err <= ULP_FLOOR
+
+
 def classify(control_outcome: str | None, outcome: str, note: dict | None, ulp_err: float | None = None) -> str:
     """What one case says about one mutant: ``ineligible`` (the control did not pass),
     ``caught``, ``survived`` (changed, still passes), ``within_precision`` (changed, passes, and
     the target's ``ulp_err`` against the high-precision reference is within ``ULP_FLOOR``),
     ``unchanged``, or ``failed_unchanged`` (it fails although the bug changed nothing: a flaky
     case, or a mutant that does not note)."""
-    from casedb.numerics import ULP_FLOOR
-
     if control_outcome != "passed":
         return "ineligible"
     changed = bool((note or {}).get("changed")) or (not note and outcome in LOST)
@@ -141,7 +146,7 @@ def classify(control_outcome: str | None, outcome: str, note: dict | None, ulp_e
     if changed:
         if failing:
             return "caught"
-        return "within_precision" if ulp_err is not None and ulp_err <= ULP_FLOOR else "survived"
+        return "within_precision" if within_precision(ulp_err) else "survived"
     return "failed_unchanged" if failing else "unchanged"
 
 

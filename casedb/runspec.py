@@ -26,11 +26,11 @@ SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
 
 
-
 def _joined(name: str, value: str) -> list[str]:
-    """One argv element for an option and its value (``--casedb-op=V``, ``-mV``): a value given
-    as an element of its own is read by pytest's early ``-p`` scan, so ``--op=-pNAME`` (or a stored
-    selection of a DB from elsewhere) would import NAME as a plugin before any option is parsed."""
+    """An option and its value as one argv element (``--casedb-op=V``, ``-mV``; an empty value
+    stays apart: it cannot be read as an option). A value given as an element of its own is read by
+    pytest's early ``-p`` scan, so ``--op=-pNAME`` (or a stored selection of a DB from elsewhere)
+    would import NAME as a plugin before any option is parsed."""
     if name.startswith("--"):
         return [f"{name}={value}"]
     return [f"{name}{value}"] if value else [name, value]
