@@ -14,8 +14,8 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   (the same call in float32/float64) in ULPs of the output dtype, and the target fails when its
   error exceeds ``ulp_k`` times the low-precision reference's own error, or ``ulp_floor`` ULPs,
   whichever is larger (a ULP here is the dtype's spacing at ``max(|hi|, max|hi| / 64)``, so
-  near-zero elements of a tensor are measured at its scale). Without ``hi`` a part is compared
-  as in ``values``. Reported: ``ulp_err`` and ``ref_ulp_err`` (the worst part);
+  near-zero elements of a tensor are measured at its scale). Without ``hi``, or when ``hi`` has
+  no nonzero finite element (no scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
 * ``mode="bits"``: bit-identical (determinism: same NaN payloads, ``-0.0 != 0.0``).
 
@@ -346,15 +346,22 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torc
         return
     ulp = (acc.mode == "ulp" and hi is not None and ref.dtype.is_floating_point and out.dtype.is_floating_point
            and hi.shape == ref.shape and hi.dtype.is_floating_point)
+    top = 0.0
+    if ulp:
+        hi = _dense(hi)
+        top = _ulp_top(hi)
+        # an all-zero (or non-finite) high-precision result gives ULPs no scale: any rounding
+        # residue of a correct target would count as millions of ULPs
+        ulp = top > 0
     if ref.dtype == out.dtype and torch.equal(_bits(ref), _bits(out)):
         # bit-identical (the common case of a matching backend): nothing to measure
         acc.err(0.0, 0.0)
         if ulp:
-            e = _ulp_errors(ref, _dense(hi))
+            e = _ulp_errors(ref, hi, top)
             acc.ulp(e, e)
         return
     if ulp:
-        _ulp_values(ref, out, _dense(hi), path, acc)
+        _ulp_values(ref, out, hi, top, path, acc)
     elif ref.dtype.is_floating_point or ref.dtype.is_complex or out.dtype.is_floating_point or out.dtype.is_complex:
         _float_values(ref, out, path, acc)
     else:
@@ -447,17 +454,16 @@ def _ulp_of(x: torch.Tensor, h: torch.Tensor, scale: torch.Tensor) -> torch.Tens
     return ((a - h).abs() / scale)[torch.isfinite(a) & torch.isfinite(h)]
 
 
-def _ulp_errors(x: torch.Tensor, hi: torch.Tensor) -> float:
-    """The largest |x - hi| over finite elements, in ULPs of x's dtype."""
-    top, worst = _ulp_top(hi), 0.0
+def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, top: float) -> float:
+    """The largest |x - hi| over finite elements, in ULPs of x's dtype (``top``: see _ulp_scale)."""
+    worst = 0.0
     for xc, hc in flat_chunks(x, hi):
         h = hc.to(torch.float64)
         worst = _max(worst, _ulp_of(xc, h, _ulp_scale(h, x.dtype, top)))
     return worst
 
 
-def _ulp_values(ref, out, hi, path, acc: _Acc):
-    top = _ulp_top(hi)
+def _ulp_values(ref, out, hi, top, path, acc: _Acc):
     e_t, e_r = 0.0, 0.0
     # two passes: which elements fail depends on the reference's own error over the whole tensor
     for o, r, hc in flat_chunks(out, ref, hi):

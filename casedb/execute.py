@@ -688,7 +688,8 @@ def _check_exercised(ex: Execution, probe: "_Probe | None", out, dev: torch.devi
     else:
         found: set = set()
         _devices(out, found)
-        if dev.type != "cpu" and found and found != {dev.type}:
+        # some ops return CPU bookkeeping beside device results (flash attention's RNG state)
+        if dev.type != "cpu" and found and dev.type not in found:
             why = f"the output is on {', '.join(sorted(found))}, not on the target device {dev.type}"
     if why:
         ex.exercised, ex.not_exercised = False, why
@@ -776,11 +777,11 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
     ex = execution
     if judge not in numerics.JUDGES:
         raise ValueError(f"judge must be one of {', '.join(numerics.JUDGES)}, not {judge!r}")
-    tols = {d: (t if isinstance(t, numerics.Tolerance) else numerics.Tolerance(float(t[0]), float(t[1]), "given"))
+    tols = {d: (t if isinstance(t, numerics.Tolerance) else numerics.Tolerance(float(t[0]), float(t[1]), "given", explicit=True))
             for d, t in (tolerances or {}).items()}
     if rtol is not None or atol is not None:
         for d in ex.dtypes() or ["float32"]:
-            tols.setdefault(d, numerics.Tolerance(float(rtol or 0.0), float(atol or 0.0), "given"))
+            tols.setdefault(d, numerics.Tolerance(float(rtol or 0.0), float(atol or 0.0), "given", explicit=True))
     pairs = {d: (t.rtol, t.atol) for d, t in tols.items()}
     main = tols.get((ex.dtypes() or [None])[0]) or next(iter(tols.values()), None)
     if judge != "tolerance" and main is not None and main.explicit:
@@ -866,7 +867,8 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
         error_fields(terr)
     elif ref_expected:
         if ex.reference_hi is not None and ex.target is not None:
-            c = compare(ex.reference_hi, ex.target, tolerances=pairs, mode=ex.compare_mode, check_dtype=False)
+            # the upcast reference's parts are float32/float64: the output dtype's tolerance applies
+            c = compare(ex.reference_hi, ex.target, rtol=v.rtol, atol=v.atol, mode=ex.compare_mode, check_dtype=False)
             v.max_abs_err, v.max_rel_err, v.mismatch_count = c.max_abs_err, c.max_rel_err, c.mismatch_count
             v.outcome = "passed" if c.passed else "failed"
             v.reason = f"against the {ex.reference_dtype} reference (the CPU reference raised as expected): {c.reason}"

@@ -11,7 +11,8 @@ resolved on its own, so a rule may set only one):
    wildcard pattern; among rules of equal specificity the later one wins (the gpt.rs order:
    default < dtype < backend < op < backend+op);
 3. the manifest's ``default: rtol/atol`` — for tensors of the manifest's default dtype only
-   (a bf16 manifest's 1.6e-2 never judges a float32 output);
+   (a bf16 manifest's 1.6e-2 never judges a float32 output; a default without a dtype is the
+   RFC's float32);
 4. the default of the tensor's own dtype: torch.testing's table (:data:`DTYPE_DEFAULTS`).
 
 Every judged result records where its tolerance came from (``Tolerance.source``).
@@ -62,12 +63,10 @@ class Tolerance:
     rtol: float
     atol: float
     source: str
-
-    @property
-    def explicit(self) -> bool:
-        """Set for this case on purpose (the case itself, a rule, the caller): the ULP judge then
-        stands aside, so a tolerance written down is never overruled."""
-        return not self.source.startswith(("the manifest default", "the ", "exact")) or self.source == "the case"
+    # Set for this case on purpose (the case itself, a rule, the caller): the ULP judge then
+    # stands aside, so a tolerance written down is never overruled. The manifest default and the
+    # dtype table are not: they are the policy's guesses, which the ULP judge refines.
+    explicit: bool = False
 
 
 def _exactness(pattern: str | None) -> int:
@@ -134,22 +133,22 @@ class Policy:
             op=case["op"], name=occ["name"], model=occ["model"], signature=case.get("signature", ""),
             device=self.device, backend=self.backend, dtype=dtype)]
         matching.sort(key=Rule.specificity, reverse=True)
-        values, sources = {}, {}
+        values, sources, chosen = {}, {}, False
         for key in ("rtol", "atol"):
             if occ.get(key) is not None:
-                values[key], sources[key] = occ[key], "the case"
+                values[key], sources[key], chosen = occ[key], "the case", True
                 continue
             rule = next((r for r in matching if getattr(r, key) is not None), None)
             if rule is not None:
-                values[key], sources[key] = getattr(rule, key), rule.describe()
-            elif defaults.get(key) is not None and defaults.get("dtype") == dtype:
+                values[key], sources[key], chosen = getattr(rule, key), rule.describe(), True
+            elif defaults.get(key) is not None and (defaults.get("dtype") or "float32") == dtype:
                 values[key], sources[key] = defaults[key], f"the manifest default for {dtype}"
             else:
                 values[key] = default_tolerance(dtype)[0 if key == "rtol" else 1]
                 sources[key] = f"the {dtype} default" if dtype in DTYPE_DEFAULTS else f"exact ({dtype})"
         source = (sources["rtol"] if sources["rtol"] == sources["atol"]
                   else f"rtol: {sources['rtol']}; atol: {sources['atol']}")
-        return Tolerance(float(values["rtol"]), float(values["atol"]), source)
+        return Tolerance(float(values["rtol"]), float(values["atol"]), source, explicit=chosen)
 
 
 def high_precision(dtypes) -> str:

@@ -230,3 +230,13 @@ def test_measured_in_chunks_as_whole(monkeypatch, dtype):
         monkeypatch.setattr(cmp, "CHUNK", 1 << 24)
         assert chunked == whole
         assert not whole["passed"] and whole["mismatch_count"] > 0
+
+
+def test_ulp_judge_with_an_all_zero_high_precision_result_falls_back_to_tolerance():
+    hi = torch.zeros(64)
+    ref = torch.zeros(64, dtype=torch.bfloat16)
+    residue = torch.full((64,), 1e-30, dtype=torch.bfloat16)  # a correct target's rounding residue
+    c = compare(ref, residue, mode="ulp", hi=hi, rtol=1.6e-2, atol=1e-5)
+    assert c.passed and c.ulp_err is None, c.reason
+    c = compare(ref, torch.ones(64, dtype=torch.bfloat16), mode="ulp", hi=hi, rtol=1.6e-2, atol=1e-5)
+    assert not c.passed and c.mismatch_count == 64

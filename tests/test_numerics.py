@@ -150,6 +150,10 @@ def test_a_target_that_never_computed_the_op_is_not_exercised():
     ex = execute.Execution(op="x", signature=None, device="meta", backend="eager")
     execute._check_exercised(ex, None, torch.ones(2), torch.device("meta"))
     assert not ex.exercised and "not on the target device meta" in ex.not_exercised
+    # CPU bookkeeping beside a device result (flash attention's RNG state) is not a miss
+    ex = execute.Execution(op="x", signature=None, device="meta", backend="eager")
+    execute._check_exercised(ex, None, (torch.ones(2, device="meta"), torch.ones(2)), torch.device("meta"))
+    assert ex.exercised
 
 
 def test_inductor_lowering_is_recorded():
@@ -176,3 +180,33 @@ def test_failure_stages_of_a_compiled_target(broken, stage):
         c = case("torch.Tensor.tolist", T([4], "float32"), dtype="float32")  # data-dependent: fullgraph refuses
     v = judge(run_case(c, backend=backend), rtol=0, atol=0)
     assert (v.outcome, v.stage) == ("error", stage)
+
+
+def test_a_manifest_default_is_the_policys_guess_not_a_decision():
+    c = case("torch.nn.functional.silu", T([64, 256]))
+    # only rtol in the manifest default: atol comes from the dtype table, the ULP judge still runs
+    rtol_only = Policy().tolerance(occ(defaults={"dtype": "bfloat16", "rtol": 0.05}), c, "bfloat16")
+    assert rtol_only == Tolerance(0.05, 1e-5, "rtol: the manifest default for bfloat16; atol: the bfloat16 default")
+    assert not rtol_only.explicit
+    ex = run_case(c, backend=perturbed(None, lambda y: y * 1.02), high_precision=True)
+    v = judge(ex, tolerances={"bfloat16": rtol_only}, judge="both")
+    assert (v.outcome, v.judge) == ("failed", "both") and "ULPs of bfloat16" in v.reason
+    # a default without a dtype is the RFC's float32 default: it judges float32 outputs only
+    no_dtype = occ(defaults={"rtol": 1e-3, "atol": 1e-3})
+    assert Policy().tolerance(no_dtype, c, "float32") == Tolerance(1e-3, 1e-3, "the manifest default for float32")
+    assert Policy().tolerance(no_dtype, c, "bfloat16") == Tolerance(1.6e-2, 1e-5, "the bfloat16 default")
+
+
+def test_the_upcast_reference_judges_at_the_outputs_tolerance_when_the_cpu_reference_raised():
+    ref_hi = {"output": torch.linspace(-3, 3, 256, dtype=torch.float32)}
+    rounded = {"output": ref_hi["output"].to(torch.bfloat16)}  # a correct bf16 target: rounding only
+    ex = execute.Execution(op="torch.x", signature=None, device="cpu", backend="eager", reference_dtype="float32",
+                           reference_hi=ref_hi, target=rounded,
+                           ref_error=execute.ErrorInfo("reference", "RuntimeError", "not implemented for 'BFloat16'",
+                                                       "", ("RuntimeError",)))
+    spec = {"ref": {"type": "RuntimeError", "match": "not implemented"}}
+    tols = {"bfloat16": Tolerance(1.6e-2, 1e-5, "the bfloat16 default")}
+    v = judge(ex, tolerances=tols, expects_error=spec)
+    assert v.outcome == "passed", v.reason
+    ex.target = {"output": (ref_hi["output"] * 1.1).to(torch.bfloat16)}
+    assert judge(ex, tolerances=tols, expects_error=spec).outcome == "failed"

@@ -148,7 +148,8 @@ def test_tolerance_rules_from_both_sections_in_file_order(tmp_path):
     tol = numerics.Policy(t.rules("sm_90"), device="cuda", backend="inductor").tolerance(
         occ, {"op": "torch.rsqrt", "signature": "ab"}, "bfloat16")
     assert tol == numerics.Tolerance(0.02, 5e-3, f"rtol: rule {path}:2 (backend=inductor, dtype=bfloat16); "
-                                                 f"atol: rule {path}:5 (op=torch.rsqrt, device=cuda)")
+                                                 f"atol: rule {path}:5 (op=torch.rsqrt, device=cuda)",
+                                 explicit=True)
 
 
 def test_default_paths(tmp_path):
