@@ -438,9 +438,13 @@ class Worker:
         entry's timeout becomes the test's."""
         if self.triage is None:
             return True
-        from casedb.target import triage_case, triage_target
+        from casedb.target import TargetError, triage_case, triage_target
 
-        where = triage_target(self.target())
+        try:
+            where = triage_target(self.target())
+        except TargetError:
+            return True  # the first case reports why the target cannot be used
+
         entries = [self.triage.entry_for(triage_case(it, occ), where) for occ in it.occurrences]
         if entries and all(e is not None and e.status == "exclude" for e in entries):
             return False
@@ -496,6 +500,7 @@ class Controller:
         self.fatal: str | None = None
         self.skips: list[tuple[str, str]] = []
         self.summary = None
+        self._triage_where = None
         if cases.run_id is not None:
             self._attach_run()
         if cases.spec.models and not _listing_only(self.config):
@@ -564,7 +569,9 @@ class Controller:
                                       "source": "pytest"},
                 args=[str(a) for a in self.config.invocation_params.args],
                 device=self.cases.spec.device, backend=self.cases.spec.backend)
-            history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid())
+            # the arch the run resolved (sm_90), which `triage update` scopes entries to
+            history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid(),
+                                     arch=self._triage()[1]["arch"])
         else:
             sel = history.get_run(self.conn, self.cases.run_id)["selection"]
             changes = {"pid": os.getpid()}
@@ -604,7 +611,7 @@ class Controller:
             if report.skipped:
                 payload = lost_payload(it, "xfailed" if hasattr(report, "wasxfail") else "skipped", _skip_reason(report))
             else:
-                payload = lost_payload(it, "error", "setup failed", _longrepr(report))
+                payload = self._lost_payload(it, "error", "setup failed", _longrepr(report))
         elif report.when == "teardown":
             return
         else:  # xdist: the worker died while running this test
@@ -625,29 +632,60 @@ class Controller:
         t = self.started.get(nodeid)
         return None if t is None else time.monotonic() - t
 
-    def _timeout(self) -> float | None:
+    def _triage(self):
+        """(the run's triage files, the target they are read for), loaded once; (None, None)
+        without triage files. Resolved here without the --import modules: the workers have the
+        target, but a lost case is judged in this process."""
+        if self._triage_where is None:
+            from casedb import triage
+            from casedb.errors import CasedbError
+            from casedb.target import resolve_arch, resolve_device
+
+            spec, loaded = self.cases.spec, None
+            if spec.triage:
+                try:
+                    loaded = triage.load(spec.triage)
+                except CasedbError:
+                    loaded = None  # reported at collection
+            device = resolve_device(spec.device)
+            self._triage_where = (loaded, {"device": device, "backend": spec.backend,
+                                           "arch": resolve_arch(device, spec.arch)})
+        return self._triage_where
+
+    def _lost_payload(self, it, outcome: str, reason: str, detail: str | None = None) -> dict:
+        from casedb.target import lost_payload
+
+        triage, where = self._triage()
+        return lost_payload(it, outcome, reason, detail, triage=triage, where=where)
+
+    def _timeout(self, it) -> tuple[float | None, str]:
+        """The case's time limit and what set it: its triage entry's ``timeout``, else --timeout."""
+        from casedb.target import item_timeout
+
+        own = item_timeout(it, *self._triage())
+        if own:
+            return float(own), f"its triage entry's timeout {own:g} s"
         t = getattr(self.config.option, "timeout", None)
-        return float(t) if t else None
+        return (float(t), f"--timeout {float(t):g} s") if t else (None, "")
 
     def _lost(self, it, report, worker):
         """A report without casedb's payload: a crash, a timeout, or an error outside the core."""
-        from casedb.target import lost_payload
-
         text = _longrepr(report)
-        limit = self._timeout()
+        limit, limit_text = self._timeout(it)
         if "Timeout (>" in text and "pytest-timeout" in text:
-            return lost_payload(it, "timeout", f"no result within --timeout {limit:g} s" if limit else "timeout", text)
+            return self._lost_payload(it, "timeout", f"no result within {limit_text}" if limit else "timeout", text)
         if report.when not in ("call", "setup", "teardown"):
             elapsed = self._elapsed(report.nodeid)
             tail = self._worker_log_tail(worker)
             detail = "\n".join(x for x in (text, tail) if x)
             # pytest-timeout's thread method ends the worker; it died at the limit, not before
             if limit and elapsed is not None and elapsed >= 0.9 * limit:
-                return lost_payload(it, "timeout", f"no result within --timeout {limit:g} s (the worker was ended)", detail)
+                return self._lost_payload(it, "timeout", f"no result within {limit_text} (the worker was ended)",
+                                          detail)
             signal_line = _crash_line(tail)
-            return lost_payload(it, "crashed", f"the worker process died{' (' + signal_line + ')' if signal_line else ''}",
-                                detail)
-        return lost_payload(it, "error", _first_line(text) or "failed without a result", text)
+            return self._lost_payload(it, "crashed", "the worker process died"
+                                      + (f" ({signal_line})" if signal_line else ""), detail)
+        return self._lost_payload(it, "error", _first_line(text) or "failed without a result", text)
 
     def _worker_log_tail(self, worker) -> str | None:
         log_dir = self.config.option.casedb_worker_log_dir

@@ -111,7 +111,7 @@ def prepare_target(target: Target) -> Target:
     execute.watch_interrupts()
     if target.threads:
         torch.set_num_threads(target.threads)
-    device = target.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(target.device)
     try:
         dev = torch.device(device)
         torch.empty(1, device=dev)
@@ -127,11 +127,33 @@ def prepare_target(target: Target) -> Target:
             dtypes.reference_dtype(target.reference_dtype)
         except dtypes.UnknownDtype as e:
             raise TargetError(f"--reference-dtype: {e}") from None
-    arch = target.arch
-    if arch is None and dev.type == "cuda":  # what triage entries scoped to an arch match
-        major, minor = torch.cuda.get_device_capability(dev)
-        arch = f"sm_{major}{minor}"
-    return replace(target, device=device, arch=arch)
+    return replace(target, device=device, arch=resolve_arch(device, target.arch))
+
+
+def resolve_arch(device: str | None, arch: str | None = None) -> str | None:
+    """The arch triage entries scoped to one match: ``arch`` when given, else ``sm_XY`` of a
+    CUDA device (the default device: cuda when there is one), else None."""
+    if arch is not None:
+        return arch
+    import torch
+
+    try:
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dev.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(dev)
+            return f"sm_{major}{minor}"
+    except (RuntimeError, AssertionError, ValueError):  # a device type an --import registers; no CUDA
+        pass
+    return None
+
+
+def resolve_device(device: str | None) -> str:
+    """The device a run uses: ``device``, or cuda when there is one, else cpu."""
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def condition_env(target: Target, case: dict, model: str | None) -> dict:
@@ -256,16 +278,33 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
             "device": ex.device}
 
 
-def lost_payload(item, outcome: str, reason: str, detail: str | None = None) -> dict:
+def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, triage=None,
+                 where: dict | None = None) -> dict:
     """A payload for a case whose worker reported nothing: crashed, timeout, error, or a skip
-    decided by pytest itself (a `skip` mark)."""
+    decided by pytest itself (a `skip` mark). A failing outcome is read under the run's triage
+    files (``triage``, for the target ``where``: see triage_target), as an executed case's is."""
     stage = {"crashed": "crash", "timeout": "timeout", "error": "runtime"}.get(outcome)
-    judgements = [_judgement(o, outcome, reason, stage=stage) for o in item.occurrences]
     if outcome == "skipped":
+        judgements = [_judgement(o, outcome, reason, stage=stage) for o in item.occurrences]
         return {"outcome": outcome, "reason": reason, "result": None, "judgements": judgements}
-    result = {"outcome": outcome, "reason": reason, "error_type": outcome, "error_message": reason,
+    judgements = []
+    for o in item.occurrences:
+        entry = triage.entry_for(triage_case(item, o), where) if triage is not None else None
+        out, why, t = _triaged(triage, entry, outcome, reason, stage) if outcome != "xfailed" else (outcome, reason, None)
+        judgements.append(_judgement(o, out, why, stage=stage, triaged=t))
+    first = min(judgements, key=lambda j: outcomes.severity(j["outcome"]))
+    result = {"outcome": first["outcome"], "reason": first["reason"], "error_type": outcome, "error_message": reason,
               "traceback": detail, "stage": stage}
-    return {"outcome": outcome, "reason": reason, "result": result, "judgements": judgements}
+    return {"outcome": first["outcome"], "reason": first["reason"], "result": result, "judgements": judgements}
+
+
+def item_timeout(item, triage, where: dict | None) -> float | None:
+    """The largest ``timeout`` of the triage entries for the item's occurrences (None: none)."""
+    if triage is None:
+        return None
+    found = [e.timeout for e in (triage.entry_for(triage_case(item, o), where) for o in item.occurrences)
+             if e is not None and e.timeout]
+    return max(found) if found else None
 
 
 def failure_message(payload: dict) -> str:

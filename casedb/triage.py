@@ -901,8 +901,9 @@ def _run_target(db, run_id: int) -> dict:
     if row is None:
         last = db.execute("SELECT max(id) FROM runs").fetchone()[0]
         raise NotFound(f"no run {run_id}" + (f" (the last run is {last})" if last else " (no runs recorded yet)"))
-    options = (json.loads(row[2]) if row[2] else {}).get("options") or {}
-    return {"device": row[0], "backend": row[1], "arch": options.get("arch")}
+    selection = json.loads(row[2]) if row[2] else {}
+    options = selection.get("options") or {}
+    return {"device": row[0], "backend": row[1], "arch": options.get("arch") or selection.get("arch")}
 
 
 def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Proposal:

@@ -315,6 +315,33 @@ def test_crash_timeout_and_wrong_values_do_not_stop_the_run(cli, db_path, tmp_pa
     assert len({r["worker"] for r in got.values()}) == 3
 
 
+def test_known_crashes_and_timeouts_are_read_under_triage(cli, db_path, tmp_path, data_dir):
+    # a lost case (its worker died) is judged in the recording process: triage applies there too,
+    # and a triage entry's own timeout is the limit it is judged by
+    assert cli("import", *write(tmp_path, bad=BAD)).exit_code == 0
+    known = tmp_path / "known.yaml"
+    known.write_text("version: 1\ncases:\n"
+                     "  - {model: bad, name: aborts, status: known_failure, stage: crash, reason: aborts on purpose}\n"
+                     "  - {model: bad, name: sleeps, status: known_failure, stage: timeout, timeout: 4}\n")
+    res = cli("run", *CPU, "--import", str(data_dir / "custom_ops.py"), "--timeout", "60", "--triage", str(known),
+              "--json", "-m", "", "-k", "aborts or sleeps or first_ok")
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert {k: s[k] for k in ("executed", "passed", "xfailed", "crashed", "timeouts")} == {
+        "executed": 3, "passed": 1, "xfailed": 2, "crashed": 0, "timeouts": 0}
+    got = {r["name"]: r for r in rows(db_path, """SELECT mc.name, j.outcome, j.reason, j.triage, r.stage,
+                                                  r.error_type, r.duration FROM judgements j
+                                                  JOIN results r ON r.id = j.result_id
+                                                  JOIN model_cases mc ON mc.id = j.model_case_id""")}
+    assert {k: got["aborts"][k] for k in ("outcome", "triage", "stage", "error_type")} == {
+        "outcome": "xfailed", "triage": "known", "stage": "crash", "error_type": "crashed"}
+    assert got["aborts"]["reason"] == "aborts on purpose: the worker process died (Fatal Python error: Aborted)"
+    assert {k: got["sleeps"][k] for k in ("outcome", "triage", "stage", "error_type")} == {
+        "outcome": "xfailed", "triage": "known", "stage": "timeout", "error_type": "timeout"}
+    assert got["sleeps"]["reason"].endswith("no result within its triage entry's timeout 4 s (the worker was ended)")
+    assert got["sleeps"]["duration"] < 30
+
+
 def test_sigkill_then_resume_runs_every_case_exactly_once(cli, db_path, tmp_path, data_dir):
     cases = "\n".join(f"""  - name: nap{i}
     op: torch.ops.casedb_test.sleep

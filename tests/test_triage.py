@@ -504,3 +504,22 @@ def test_update_refuses_a_bad_file_and_fills_an_empty_list(cli, runs_db, tmp_pat
         ("expected_pass", {"op": "torch.add"}), ("expected_pass", {"op": "torch.mul"}),
         ("expected_pass", {"op": "torch.nn.functional.softmax"}), ("expected_pass", {"op": "torch.rsqrt"})]
     assert cli("triage", "update", "--from-run", run, empty, "--scope", "gpu").exit_code == 2
+
+
+def test_update_reads_the_arch_the_run_resolved(tmp_path, monkeypatch):
+    import torch
+
+    from casedb import history, target
+    from casedb.store import open_store
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
+    assert (target.resolve_arch("cuda"), target.resolve_arch("cuda:1", "sm_80"), target.resolve_arch("cpu")) == (
+        "sm_90", "sm_80", None)
+    db = tmp_path / "c.db"
+    open_store(db).close()
+    conn = history.connect(str(db))
+    run = history.start_run(conn, selection={"options": {"arch": None}}, args=[], device="cuda", backend="inductor")
+    history.update_selection(conn, run, arch="sm_90")  # what the run's controller records
+    conn.commit()
+    assert triage._run_target(conn, run) == {"device": "cuda", "backend": "inductor", "arch": "sm_90"}
+    conn.close()

@@ -128,3 +128,17 @@ cases:
                              "--casedb-import", str(TRIAGE / "faulty_backend.py"), "-m", "", "-rsx")
     res.assert_outcomes(passed=1, xfailed=1, skipped=1, deselected=1)
     res.stdout.fnmatch_lines(["*SKIPPED*no rsqrt here*", "*XFAIL*mul is not lowered yet (issue 12)*"])
+
+
+def test_an_unusable_target_with_triage_files_is_reported_by_the_cases(pytester, tiny, monkeypatch):
+    # triage is read at collection for the target; a target that cannot be prepared must not
+    # end the session with an INTERNALERROR there: the first case reports why and stops it
+    (pytester.path / "t.yaml").write_text("version: 1\ncases:\n  - {op: torch.mul, status: known_failure}\n")
+    monkeypatch.setenv("CASEDB_DB", str(tiny))
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    pytester.makepyfile(test_from_casedb="from casedb.pytest_plugin import test_model_op  # noqa: F401\n")
+    res = pytester.runpytest_subprocess("--casedb-model", "tiny", "--casedb-device", "cpu", "--casedb-triage", "t.yaml",
+                                        "--casedb-import", "no_such_module_here", "-m", "")
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    res.stdout.fnmatch_lines(["*--import no_such_module_here failed: ModuleNotFoundError*"])
+    assert res.ret == pytest.ExitCode.INTERRUPTED  # a fatal target stops the session
