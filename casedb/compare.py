@@ -14,7 +14,9 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   (the same call in float32/float64) in ULPs of the output dtype, and the target fails when its
   error exceeds ``ulp_k`` times the low-precision reference's own error, or ``ulp_floor`` ULPs,
   whichever is larger (a ULP here is the dtype's spacing at ``max(|hi|, max|hi| / 64)``, so
-  near-zero elements of a tensor are measured at its scale). Without ``hi``, or when ``hi`` has
+  near-zero elements of a tensor are measured at its scale, and, given ``hi_mag`` (the sum of an
+  accumulating op's terms' magnitudes, casedb.numerics), no lower than ``hi_mag`` times float32's
+  epsilon over the dtype's). Without ``hi``, or when ``hi`` has
   no nonzero finite element (no scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
 * ``mode="bits"``: bit-identical (determinism: same NaN payloads, ``-0.0 != 0.0``).
@@ -120,12 +122,12 @@ class _Acc:
 
 def compare(ref: Any, out: Any, *, rtol: float = 0.0, atol: float = 0.0, mode: str = "values",
             check_dtype: bool = True, path: str = "", tolerances: dict | None = None, hi: Any = None,
-            ulp_k: float = 4.0, ulp_floor: float = 4.0) -> Comparison:
+            ulp_k: float = 4.0, ulp_floor: float = 4.0, hi_mag: Any = None) -> Comparison:
     """Compare ``out`` (target) against ``ref`` (reference); see the module docstring."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     acc = _Acc(mode, float(rtol), float(atol), check_dtype, tolerances, float(ulp_k), float(ulp_floor))
-    _walk(ref, out, path, acc, hi)
+    _walk(ref, out, path, acc, hi, hi_mag)
     if acc.failure is None:
         tols = "; ".join(f"{d}: rtol={r:g}, atol={a:g}" for d, (r, a) in sorted(acc.used.items()))
         what = {"values": f"values match ({tols or f'rtol={rtol:g}, atol={atol:g}'})",
@@ -178,7 +180,7 @@ def _hi_part(hi, key):
         return None
 
 
-def _walk(ref, out, path, acc: _Acc, hi=None):
+def _walk(ref, out, path, acc: _Acc, hi=None, mag=None):
     kr, ko = _kind(ref), _kind(out)
     if kr != ko:
         acc.fail(path, f"reference is {_describe(ref)} but target is {_describe(out)}")
@@ -188,18 +190,19 @@ def _walk(ref, out, path, acc: _Acc, hi=None):
         return
     if kr == "tensor":
         acc.compared += 1
-        _tensor(ref, out, path, acc, hi if isinstance(hi, torch.Tensor) else None)
+        _tensor(ref, out, path, acc, hi if isinstance(hi, torch.Tensor) else None,
+                mag if isinstance(mag, torch.Tensor) else None)
     elif kr == "sequence":
         if len(ref) != len(out):
             acc.fail(path, f"reference has {len(ref)} items, target {len(out)}")
         for i, (r, o) in enumerate(zip(ref, out)):
-            _walk(r, o, f"{path}[{i}]", acc, _hi_part(hi, i))
+            _walk(r, o, f"{path}[{i}]", acc, _hi_part(hi, i), _hi_part(mag, i))
     elif kr == "dict":
         if set(ref) != set(out):
             acc.fail(path, f"keys differ: reference {sorted(map(str, ref))}, target {sorted(map(str, out))}")
         for k in ref:
             if k in out:
-                _walk(ref[k], out[k], f"{path}.{k}" if path else str(k), acc, _hi_part(hi, k))
+                _walk(ref[k], out[k], f"{path}.{k}" if path else str(k), acc, _hi_part(hi, k), _hi_part(mag, k))
     elif kr == "None":
         acc.compared += 1
     elif kr in ("bool", "number"):
@@ -314,7 +317,8 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torch.Tensor | None = None):
+def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torch.Tensor | None = None,
+            mag: torch.Tensor | None = None):
     n = ref.numel()
     acc.numel += n
     if ref.shape != out.shape:
@@ -350,6 +354,7 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torc
     if ulp:
         hi = _dense(hi)
         top = _ulp_top(hi)
+        mag = _dense(mag) if mag is not None and mag.shape == hi.shape else None
         # an all-zero (or non-finite) high-precision result gives ULPs no scale: any rounding
         # residue of a correct target would count as millions of ULPs
         ulp = top > 0
@@ -357,11 +362,11 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torc
         # bit-identical (the common case of a matching backend): nothing to measure
         acc.err(0.0, 0.0)
         if ulp:
-            e = _ulp_errors(ref, hi, top)
+            e = _ulp_errors(ref, hi, top, mag)
             acc.ulp(e, e)
         return
     if ulp:
-        _ulp_values(ref, out, hi, top, path, acc)
+        _ulp_values(ref, out, hi, top, mag, path, acc)
     elif ref.dtype.is_floating_point or ref.dtype.is_complex or out.dtype.is_floating_point or out.dtype.is_complex:
         _float_values(ref, out, path, acc)
     else:
@@ -439,12 +444,18 @@ def _ulp_top(hi: torch.Tensor) -> float:
     return top
 
 
-def _ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float) -> torch.Tensor:
+def _ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float, m: torch.Tensor | None = None) -> torch.Tensor:
     """The spacing of ``dtype`` at each element of ``h`` (float64), measured at no less than the
-    tensor's largest magnitude ``top`` / ULP_SCALE_FLOOR."""
+    tensor's largest magnitude ``top`` / ULP_SCALE_FLOOR nor, given ``m`` (the magnitudes of an
+    accumulating op's terms), ``m`` times the accumulation's epsilon over the dtype's."""
     info = torch.finfo(dtype)
     mag = h.abs()
-    mag = torch.clamp(mag.masked_fill(~torch.isfinite(mag), 1.0), min=max(top / ULP_SCALE_FLOOR, info.tiny))
+    mag = mag.masked_fill(~torch.isfinite(mag), 1.0)
+    if m is not None:
+        acc_eps = torch.finfo(torch.float32 if dtype.itemsize <= 4 else torch.float64).eps
+        m = m.to(torch.float64).abs()
+        mag = torch.maximum(mag, m.masked_fill(~torch.isfinite(m), 0.0) * (acc_eps / info.eps))
+    mag = torch.clamp(mag, min=max(top / ULP_SCALE_FLOOR, info.tiny))
     return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
 
 
@@ -454,29 +465,32 @@ def _ulp_of(x: torch.Tensor, h: torch.Tensor, scale: torch.Tensor) -> torch.Tens
     return ((a - h).abs() / scale)[torch.isfinite(a) & torch.isfinite(h)]
 
 
-def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, top: float) -> float:
-    """The largest |x - hi| over finite elements, in ULPs of x's dtype (``top``: see _ulp_scale)."""
+def _hi_chunks(hi: torch.Tensor, mag: torch.Tensor | None, *ts: torch.Tensor):
+    """flat_chunks of ``ts``, ``hi`` (as float64) and ``mag`` (None stays None)."""
+    for chunk in flat_chunks(*ts, hi, *(() if mag is None else (mag,))):
+        yield (*chunk[:len(ts)], chunk[len(ts)].to(torch.float64), chunk[len(ts) + 1] if mag is not None else None)
+
+
+def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, top: float, mag: torch.Tensor | None = None) -> float:
+    """The largest |x - hi| over finite elements, in ULPs of x's dtype (``top``, ``mag``: see _ulp_scale)."""
     worst = 0.0
-    for xc, hc in flat_chunks(x, hi):
-        h = hc.to(torch.float64)
-        worst = _max(worst, _ulp_of(xc, h, _ulp_scale(h, x.dtype, top)))
+    for xc, h, m in _hi_chunks(hi, mag, x):
+        worst = _max(worst, _ulp_of(xc, h, _ulp_scale(h, x.dtype, top, m)))
     return worst
 
 
-def _ulp_values(ref, out, hi, top, path, acc: _Acc):
+def _ulp_values(ref, out, hi, top, mag, path, acc: _Acc):
     e_t, e_r = 0.0, 0.0
     # two passes: which elements fail depends on the reference's own error over the whole tensor
-    for o, r, hc in flat_chunks(out, ref, hi):
-        h = hc.to(torch.float64)
-        scale = _ulp_scale(h, ref.dtype, top)
+    for o, r, h, m in _hi_chunks(hi, mag, out, ref):
+        scale = _ulp_scale(h, ref.dtype, top, m)
         e_t, e_r = _max(e_t, _ulp_of(o, h, scale)), _max(e_r, _ulp_of(r, h, scale))
     acc.ulp(e_t, e_r)
     bound = max(acc.ulp_k * e_r, acc.ulp_floor)
     n_bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
-    for o, r, hc in flat_chunks(out, ref, hi):
-        h = hc.to(torch.float64)
+    for o, r, h, m in _hi_chunks(hi, mag, out, ref):
         a, b = o.to(torch.float64), r.to(torch.float64)
-        scale = _ulp_scale(h, ref.dtype, top)
+        scale = _ulp_scale(h, ref.dtype, top, m)
         finite = torch.isfinite(a) & torch.isfinite(b)
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
         lost = ~finite & ~same

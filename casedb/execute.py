@@ -128,6 +128,7 @@ class Execution:
     reference: Any = None
     target: Any = None
     reference_hi: Any = None
+    reference_mag: Any = None                    # accumulating ops: the hi call on |inputs| (ULP scale)
     ref_error: ErrorInfo | None = None
     target_error: ErrorInfo | None = None
     ref_hi_error: ErrorInfo | None = None
@@ -169,6 +170,7 @@ class Execution:
         if key not in self._cache:
             self._cache[key] = compare(self.reference, self.target, rtol=rtol, atol=atol, mode=mode,
                                        tolerances=tolerances, hi=self.reference_hi if mode == "ulp" else None,
+                                       hi_mag=self.reference_mag if mode == "ulp" else None,
                                        ulp_k=numerics.ULP_K, ulp_floor=numerics.ULP_FLOOR)
         return self._cache[key]
 
@@ -585,12 +587,25 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
             else:
                 ex.ref_hi_error = ErrorInfo.from_exception(out, "reference_hi")
             del out
+            if ok and not keys and numerics.accumulates(case["op"]):
+                ex.reference_mag = _magnitudes(info.fn, a, k, cpu)
 
         # ---- target
         _run_target(ex, info, prepared, dev, backend, keys, writes, meta, check_determinism,
                     shared=(ref_args, ref_kwargs) if dev.type == "cpu" and not writes and replace_device else None,
                     replace_device=replace_device)
     return ex
+
+
+def _magnitudes(fn, args, kwargs, cpu) -> Any:
+    """The sum of the terms' magnitudes of each output element of an accumulating op: the same
+    call on ``|inputs|`` (the upcast ones); None when that call fails."""
+    absolute = (lambda t: t.abs() if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) else t)
+    from torch.utils import _pytree
+
+    a, k = _pytree.tree_map(absolute, (args, kwargs))
+    ok, out, _ = _call(fn, a, k, cpu)
+    return {"output": out} if ok else None
 
 
 def _run_target(ex: Execution, info, prepared: Prepared, dev, backend, keys, writes, meta,

@@ -561,6 +561,22 @@ def _all(c: Call):
         _informative(x, "data", data=[not (i // width % 2 and i % width == width - 1) for i in range(_numel(x))])
 
 
+@rule("torch.nn.functional.multi_head_attention_forward")
+def _attention_projections(c: Call):
+    # Projection weights at their initialised scale (std 1/sqrt(embed_dim)). At std 1 the
+    # attention logits reach thousands, the softmax is one-hot, and which key wins flips with
+    # one rounding: the bf16 CPU reference itself was 4096 ULPs off float32 (inductor 764 abs
+    # err "wrong" against it) — a case that cannot tell a right backend from a wrong one.
+    embed = c.value(3, "embed_dim_to_check")
+    if not isinstance(embed, int) or embed <= 0:
+        return
+    for pos, name in ((5, "in_proj_weight"), (11, "out_proj_weight"), (None, "q_proj_weight"),
+                      (None, "k_proj_weight"), (None, "v_proj_weight")):
+        w = c.tensor(pos, name)
+        if w is not None and not _is_integer(w):
+            _informative(w, "randn", {"std": 1 / math.sqrt(embed)})
+
+
 # --------------------------------------------------------------------------- reference limits
 # Real calls the CPU eager reference has no kernel for: on a non-CPU device the model code takes
 # another branch (e.g. transformers' MoE feeds histc int32 counts off the CPU). The case stays —

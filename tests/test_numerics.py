@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from casedb import execute
+from casedb.compare import compare
 from casedb.execute import judge, run_case
+from casedb.materialize import materialize
 from casedb.numerics import Policy, Rule, Tolerance, rules_from
 
 SIG = "ab" * 32
@@ -210,3 +212,23 @@ def test_the_upcast_reference_judges_at_the_outputs_tolerance_when_the_cpu_refer
     assert v.outcome == "passed", v.reason
     ex.target = {"output": (ref_hi["output"] * 1.1).to(torch.bfloat16)}
     assert judge(ex, tolerances=tols, expects_error=spec).outcome == "failed"
+
+
+def test_an_accumulating_op_is_measured_at_its_terms_magnitude():
+    # a mean of centred data cancels: inductor's CPU mean (another summation order) is 12 ULPs off
+    # at the result's magnitude where eager is 3 (a false alarm), and under one at the terms'
+    c = case("torch.Tensor.mean", T([4, 2880], "float32"), {"value": -1}, dtype="float32")
+    ex = run_case(c, backend="inductor", high_precision=True)
+    ref, out, hi, mag = (r["output"] for r in (ex.reference, ex.target, ex.reference_hi, ex.reference_mag))
+    assert mag.shape == (4,) and bool((mag > hi.abs()).all())
+    assert not compare(ref, out, mode="ulp", hi=hi).passed  # at the result's magnitude
+    assert judge(ex, tolerances=Policy().tolerances(occ(), c, ex.dtypes()), judge="both").outcome == "passed"
+    # a wrong target is still caught: 0.1 % of the result, or the sum accumulated in bf16
+    assert not compare(ref, ref * 1.001, mode="ulp", hi=hi, hi_mag=mag).passed
+    x = materialize(c, "cpu")[0][0]
+    acc = torch.zeros(4, dtype=torch.bfloat16)
+    for j in range(0, 2880, 64):  # partial sums rounded to bf16 at every step
+        acc = (acc.float() + x[:, j:j + 64].sum(-1)).bfloat16()
+    assert not compare(ref, acc.float() / 2880, mode="ulp", hi=hi, hi_mag=mag).passed
+    # the reference on |inputs| is computed for accumulating ops only
+    assert run_case(case("torch.neg", T([8], "float32"), dtype="float32"), high_precision=True).reference_mag is None

@@ -670,3 +670,16 @@ def test_cli_scan_path_and_report(tmp_path):
     res = runner.invoke(app, ["scan", recipe, "--path", "paged-b1"])
     assert res.exit_code == 2
     assert "tiny-gpt-oss has no path 'paged-b1'; its paths: dynamic-grouped_mm-b1-s12" in res.output
+
+
+def test_attention_projection_weights_get_their_initialised_scale():
+    # at std 1 the softmax is one-hot and chaotic: the bf16 CPU reference was 4096 ULPs off
+    w_in, w_out = T([48, 16], "bf16"), T([16, 16], "bf16")
+    case = {"op": "torch.nn.functional.multi_head_attention_forward",
+            "inputs": [T([1, 2, 16], "bf16"), T([5, 2, 16], "bf16"), T([5, 2, 16], "bf16"), {"value": 16},
+                       {"value": 2}, w_in, T([48], "bf16"), {"value": None}, {"value": None}, {"value": False},
+                       {"value": 0.0}, w_out, T([16], "bf16")]}
+    fixed = valid_inputs.apply(case)
+    assert fixed["inputs"][5] == T([48, 16], "bf16", init="randn", init_args={"std": 0.25})
+    assert fixed["inputs"][11] == T([16, 16], "bf16", init="randn", init_args={"std": 0.25})
+    assert fixed["inputs"][6] == T([48], "bf16")  # biases keep the default
