@@ -245,14 +245,13 @@ def export_cmd(
         if format not in ("yaml", "oplog"):
             fail(f"--format must be yaml or oplog, not {format!r}")
         with open_db() as store:
-            if output:
-                output.parent.mkdir(parents=True, exist_ok=True)
             left_out: list = []
-            with (open(output, "w", encoding="utf-8") if output else _stdout()) as f:
-                if format == "yaml":
-                    n = export.write_yaml(store, model, f, output)
-                else:
-                    n = export.write_oplog(store, model, f, output, skipped=left_out)
+            if output:
+                n = export.write_file(store, model, output, format, skipped=left_out)
+            else:
+                with _stdout() as f:
+                    n = (export.write_yaml(store, model, f) if format == "yaml"
+                         else export.write_oplog(store, model, f, skipped=left_out))
     except (CasedbError, ValueError) as e:
         fail(e)
     for s in left_out:

@@ -213,3 +213,23 @@ def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = 
     m = store.model(model)
     occurrences = store.occurrences([m["name"]], markexpr="")
     return oplog.write(occurrences, out, skipped=skipped if skipped is not None else [])
+
+
+def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped: list | None = None) -> int:
+    """Write ``model`` to ``path`` (``fmt``: yaml or oplog) through a file beside it renamed into
+    place: an unknown model or a failing case leaves a file already there as it was."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            n = (write_yaml(store, model, f, path) if fmt == "yaml"
+                 else write_oplog(store, model, f, path, skipped=skipped))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return n

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from casedb import history, triage
 from casedb.errors import CasedbError
-from casedb.runspec import SELECTION_VERSION, RunSpec
+from casedb.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.target import TargetError, check_import
 
 TEST_FILE = "test_casedb_run.py"
@@ -64,6 +64,10 @@ def _resume_spec(conn, run_id: int, given: RunSpec) -> RunSpec:
     if saved is None:
         raise CasedbError(f"run {run_id} has no recorded selection to resume from")
     spec = RunSpec.from_selection(saved).with_how(given)
+    ignored = _overridden(given, spec)
+    if ignored:
+        raise CasedbError(f"--resume {run_id} runs what run {run_id} selected, on its target; {', '.join(ignored)} "
+                          f"would be ignored: leave {'it' if len(ignored) == 1 else 'them'} out, or start a new run")
     stored = list(saved.get("imports") or [])
     given_imports = [check_import(n) for n in given.imports]
     missing = [n for n in stored if n not in given_imports]
@@ -74,6 +78,24 @@ def _resume_spec(conn, run_id: int, given: RunSpec) -> RunSpec:
                           f"give it again to resume: casedb run --resume {run_id} {again}")
     spec.imports = given_imports
     return spec
+
+
+def _overridden(given: RunSpec, stored: RunSpec) -> list[str]:
+    """The selection options given (not left at their defaults) with a value other than the
+    stored run's, as ``--flag VALUE``; ``--import`` is checked on its own."""
+    blank = RunSpec()
+    out = []
+    for f, flag in spec_fields():
+        if not flag.what or f.name == "imports":
+            continue
+        value = getattr(given, f.name)
+        if value in (None, []) or value == getattr(blank, f.name) or (
+                flag.cli_default is not SAME and value == flag.cli_default):
+            continue
+        if value != getattr(stored, f.name):
+            name = (flag.cli or (flag.pytest,))[0]
+            out.append(f"{name} {' '.join(map(str, value)) if isinstance(value, list) else value}".strip())
+    return out
 
 
 def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | None = None,
@@ -105,8 +127,10 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
         if spec.triage:  # checked before anything runs: a typo'd key is exit 2, not a silent no-op
             with open_store(db_path) as store:
                 triage.require_clean(spec.triage, store)
-        if not spec.models:
-            spec.all_models = True  # casedb run without --model runs every model (pytest: a smoke set)
+        if not spec.models and resume is None:
+            # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest
+            # run keeps the set it had)
+            spec.all_models = True
         if resume is None:
             run_id = history.start_run(
                 conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},

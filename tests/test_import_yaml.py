@@ -93,6 +93,16 @@ def test_export_reimport_round_trip(cli, data_dir, db_path, tmp_path):
                                                                 rows(fresh, "SELECT * FROM cases ORDER BY signature"))]
 
 
+def test_export_of_an_unknown_model_leaves_the_file_as_it_was(cli, data_dir, tmp_path):
+    cli("import", data_dir / "template.yaml")
+    out = tmp_path / "template.yaml"
+    assert cli("export", "--model", "template", "-o", out).exit_code == 0
+    before = out.read_bytes()
+    res = cli("export", "--model", "templat", "-o", out)
+    assert res.exit_code == 2 and "templat" in res.stderr
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 @pytest.mark.parametrize("name", BROKEN)
 def test_broken_manifest_rejected_and_db_unchanged(cli, data_dir, db_path, tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)

@@ -457,3 +457,15 @@ def test_casedb_run_resumes_a_run_the_pytest_front_end_recorded(ptr, db, data_di
     per_case = rows(db, "SELECT signature, count(*) AS n FROM results WHERE run_id = 1 GROUP BY signature")
     assert {r["n"] for r in per_case} == {1}
     assert summary["executed"] + summary["skipped"] == summary["planned"]["cases"] == len(per_case) + summary["skipped"]
+
+
+def test_resuming_a_smoke_run_keeps_its_smoke_set(ptr, db, data_dir, cli):
+    wrong = ("--casedb-import", str(data_dir / "custom_ops.py"), "--compile-backend", "casedb_test_perturb",
+             "--device", "cpu")
+    first = ptr.runpytest(*wrong, "-x")  # no --model: the smoke set
+    assert first.parseoutcomes()["failed"] == 1
+    planned = json.loads(rows(db, "SELECT selection FROM runs")[0]["selection"])["planned"]["cases"]
+    assert planned <= 3
+    res = cli("run", "--resume", "1", "--import", data_dir / "custom_ops.py", "--json", db=db)
+    summary = json.loads(res.stdout)
+    assert summary["status"] == "finished" and summary["executed"] + summary["skipped"] == planned

@@ -387,6 +387,12 @@ def test_fail_fast_stops_and_resume_finishes(cli, db, data_dir):
                "-j", "0")
     first = run_json(cli, "--model", "ra", *perturb, "--fail-fast", code=1)
     assert (first["status"], first["executed"], first["failed"]) == ("interrupted", 1, 1)
+    # a selection given with --resume would be silently ignored: refused, naming it
+    other = cli("run", "--resume", str(first["run_id"]), "--model", "rb", "--backend", "eager", "-j", "0",
+                "--import", data_dir / "custom_ops.py")
+    assert other.exit_code == 2
+    assert f"--resume {first['run_id']} runs what run {first['run_id']} selected" in other.stderr
+    assert "--model rb, --backend eager would be ignored" in other.stderr
     rest = run_json(cli, "--resume", str(first["run_id"]), "-j", "0", "--import", data_dir / "custom_ops.py", code=1)
     assert (rest["status"], rest["executed"], rest["failed"], rest["skipped"]) == ("finished", 3, 3, 1)
 
