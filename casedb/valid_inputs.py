@@ -347,7 +347,17 @@ def _getitem(c: Call):
             if spec is not None and spec.get("dtype") != "bool":
                 _index_into(spec, target, dim)
         return
-    _index_into(c.tensor(1), target, 0)
+    index, size = c.tensor(1), _dim_size(target, 0)
+    if (c.op == "torch.setitem" and c.tensor(2) is not None and _is_integer(index) and "init" not in index
+            and size and 1 <= _numel(index) <= size and _RECORD.get() is None):
+        # a tensor written through repeated indices: which write wins is unspecified, and eager and
+        # inductor differ (moe.py's `inv_perm[perm] = arange(n)`, perm a permutation, had 3 % of
+        # its elements "wrong" on inductor). Distinct indices, in reverse order.
+        index.pop(VALUES, None)
+        index["init"] = "arange"
+        index["init_args"] = {"start": size - 1, "step": -1}
+        return
+    _index_into(index, target, 0)
 
 
 @rule("torch.ops.aten.index", "torch.ops.aten._unsafe_index", "torch.ops.aten.index_put",
