@@ -138,7 +138,7 @@ def resolve_arch(device: str | None, arch: str | None = None) -> str | None:
     import torch
 
     try:
-        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dev = torch.device(resolve_device(device))
         if dev.type == "cuda":
             major, minor = torch.cuda.get_device_capability(dev)
             return f"sm_{major}{minor}"
