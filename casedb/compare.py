@@ -16,8 +16,9 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   whichever is larger (a ULP here is the dtype's spacing at ``max(|hi|, max|hi| / 64)``, so
   near-zero elements of a tensor are measured at its scale, and, given ``hi_mag`` (the sum of an
   accumulating op's terms' magnitudes, casedb.numerics), no lower than ``hi_mag`` times float32's
-  epsilon over the dtype's). Without ``hi``, or when ``hi`` has
-  no nonzero finite element (no scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and ``ref_ulp_err`` (the worst part);
+  epsilon over the dtype's). Without ``hi``, or when ``hi`` has no nonzero finite element (no
+  scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and
+  ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
 * ``mode="bits"``: bit-identical (determinism: same NaN payloads, ``-0.0 != 0.0``).
 
@@ -481,16 +482,20 @@ def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, top: float, mag: torch.Tensor
 
 def _ulp_values(ref, out, hi, top, mag, path, acc: _Acc):
     e_t, e_r = 0.0, 0.0
-    # two passes: which elements fail depends on the reference's own error over the whole tensor
+    # two passes: which elements fail depends on the reference's own error over the whole tensor;
+    # a tensor of one chunk (nearly all) keeps its scale for the second
+    kept = [] if ref.numel() <= CHUNK else None
     for o, r, h, m in _hi_chunks(hi, mag, out, ref):
         scale = _ulp_scale(h, ref.dtype, top, m)
         e_t, e_r = _max(e_t, _ulp_of(o, h, scale)), _max(e_r, _ulp_of(r, h, scale))
+        if kept is not None:
+            kept.append(scale)
     acc.ulp(e_t, e_r)
     bound = max(acc.ulp_k * e_r, acc.ulp_floor)
     n_bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
-    for o, r, h, m in _hi_chunks(hi, mag, out, ref):
+    for i, (o, r, h, m) in enumerate(_hi_chunks(hi, mag, out, ref)):
         a, b = o.to(torch.float64), r.to(torch.float64)
-        scale = _ulp_scale(h, ref.dtype, top, m)
+        scale = kept[i] if kept else _ulp_scale(h, ref.dtype, top, m)
         finite = torch.isfinite(a) & torch.isfinite(b)
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
         lost = ~finite & ~same

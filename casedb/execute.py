@@ -600,8 +600,10 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
 def _magnitudes(fn, args, kwargs, cpu) -> Any:
     """The sum of the terms' magnitudes of each output element of an accumulating op: the same
     call on ``|inputs|`` (the upcast ones); None when that call fails."""
-    absolute = (lambda t: t.abs() if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) else t)
     from torch.utils import _pytree
+
+    def absolute(t):
+        return t.abs() if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) else t
 
     a, k = _pytree.tree_map(absolute, (args, kwargs))
     ok, out, _ = _call(fn, a, k, cpu)
@@ -792,11 +794,13 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
     ex = execution
     if judge not in numerics.JUDGES:
         raise ValueError(f"judge must be one of {', '.join(numerics.JUDGES)}, not {judge!r}")
-    tols = {d: (t if isinstance(t, numerics.Tolerance) else numerics.Tolerance(float(t[0]), float(t[1]), "given", explicit=True))
-            for d, t in (tolerances or {}).items()}
+    def given(r, a) -> numerics.Tolerance:  # the caller's: never overruled
+        return numerics.Tolerance(float(r or 0.0), float(a or 0.0), "given", explicit=True)
+
+    tols = {d: (t if isinstance(t, numerics.Tolerance) else given(*t)) for d, t in (tolerances or {}).items()}
     if rtol is not None or atol is not None:
         for d in ex.dtypes() or ["float32"]:
-            tols.setdefault(d, numerics.Tolerance(float(rtol or 0.0), float(atol or 0.0), "given", explicit=True))
+            tols.setdefault(d, given(rtol, atol))
     pairs = {d: (t.rtol, t.atol) for d, t in tols.items()}
     main = tols.get((ex.dtypes() or [None])[0]) or next(iter(tols.values()), None)
     if judge != "tolerance" and main is not None and main.explicit:

@@ -438,19 +438,18 @@ class Worker:
         entry's timeout becomes the test's."""
         if self.triage is None:
             return True
-        from casedb.target import TargetError, triage_case, triage_target
+        from casedb.target import TargetError, entries_timeout, triage_entries, triage_target
 
         try:
             where = triage_target(self.target())
         except TargetError:
             return True  # the first case reports why the target cannot be used
-
-        entries = [self.triage.entry_for(triage_case(it, occ), where) for occ in it.occurrences]
+        entries = triage_entries(it, self.triage, where)
         if entries and all(e is not None and e.status == "exclude" for e in entries):
             return False
-        timeouts = [e.timeout for e in entries if e is not None and e.timeout]
-        if timeouts:
-            item.add_marker(pytest.mark.timeout(max(timeouts)))
+        timeout = entries_timeout(entries)
+        if timeout:
+            item.add_marker(pytest.mark.timeout(timeout))
         return True
 
     @pytest.hookimpl(tryfirst=True)
@@ -633,9 +632,9 @@ class Controller:
         return None if t is None else time.monotonic() - t
 
     def _triage(self):
-        """(the run's triage files, the target they are read for), loaded once; (None, None)
-        without triage files. Resolved here without the --import modules: the workers have the
-        target, but a lost case is judged in this process."""
+        """(the run's triage files or None, the target they are read for), loaded once. The
+        target is resolved here without the --import modules: the workers have the prepared one,
+        but a lost case is judged in this process."""
         if self._triage_where is None:
             from casedb import triage
             from casedb.errors import CasedbError
@@ -660,9 +659,9 @@ class Controller:
 
     def _timeout(self, it) -> tuple[float | None, str]:
         """The case's time limit and what set it: its triage entry's ``timeout``, else --timeout."""
-        from casedb.target import item_timeout
+        from casedb.target import entries_timeout, triage_entries
 
-        own = item_timeout(it, *self._triage())
+        own = entries_timeout(triage_entries(it, *self._triage()))
         if own:
             return float(own), f"its triage entry's timeout {own:g} s"
         t = getattr(self.config.option, "timeout", None)

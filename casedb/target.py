@@ -220,9 +220,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     from casedb import triage as triage_mod
 
     judgements, active = [], []
-    where = triage_target(target)
-    for occ in item.occurrences:
-        entry = triage.entry_for(triage_case(item, occ), where) if triage else None
+    for occ, entry in zip(item.occurrences, triage_entries(item, triage, triage_target(target))):
         if entry is not None and not entry.runs:  # exclude: not judged; not_supported: skipped, never run
             t = triage_mod.verdict(entry, None)
             if t["outcome"] == "skipped":
@@ -288,8 +286,7 @@ def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, 
         judgements = [_judgement(o, outcome, reason, stage=stage) for o in item.occurrences]
         return {"outcome": outcome, "reason": reason, "result": None, "judgements": judgements}
     judgements = []
-    for o in item.occurrences:
-        entry = triage.entry_for(triage_case(item, o), where) if triage is not None else None
+    for o, entry in zip(item.occurrences, triage_entries(item, triage, where)):
         out, why, t = _triaged(triage, entry, outcome, reason, stage) if outcome != "xfailed" else (outcome, reason, None)
         judgements.append(_judgement(o, out, why, stage=stage, triaged=t))
     first = min(judgements, key=lambda j: outcomes.severity(j["outcome"]))
@@ -298,12 +295,16 @@ def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, 
     return {"outcome": first["outcome"], "reason": first["reason"], "result": result, "judgements": judgements}
 
 
-def item_timeout(item, triage, where: dict | None) -> float | None:
-    """The largest ``timeout`` of the triage entries for the item's occurrences (None: none)."""
+def triage_entries(item, triage, where: dict | None) -> list:
+    """The triage entry (None: none) of each of the item's occurrences on the target ``where``."""
     if triage is None:
-        return None
-    found = [e.timeout for e in (triage.entry_for(triage_case(item, o), where) for o in item.occurrences)
-             if e is not None and e.timeout]
+        return [None] * len(item.occurrences)
+    return [triage.entry_for(triage_case(item, o), where) for o in item.occurrences]
+
+
+def entries_timeout(entries) -> float | None:
+    """The largest ``timeout`` the entries set (None: none sets one)."""
+    found = [e.timeout for e in entries if e is not None and e.timeout]
     return max(found) if found else None
 
 
