@@ -308,6 +308,9 @@ def main() -> None:
     ap.add_argument("--exclude-op", action="append", default=[], metavar="OP",
                     help="Leave this op's real cases out (e.g. torch._grouped_mm: bf16 on a CPU without bf16 "
                          "instructions runs for minutes per execution, 15 executions per case).")
+    ap.add_argument("--max-numel", type=int, default=None, metavar="N",
+                    help="Leave out real cases whose inputs hold more than N elements (granite-vision's "
+                         "largest bf16 matmuls take minutes per execution on a CPU).")
     ap.add_argument("--backend", default="eager", help="The base backend the mutants wrap.")
     ap.add_argument("--judge", default="both", choices=("tolerance", "ulp", "both"),
                     help="The judge whose table comes first (every judge is measured).")
@@ -336,7 +339,8 @@ def main() -> None:
         store = Store(db)
         if not args.db:
             ingest.import_paths(store, [ROOT / "manifests" / f"{args.model}.yaml"])
-        every = [it for it in build_plan(store, [args.model]) if it.op not in args.exclude_op]
+        every = [it for it in build_plan(store, [args.model]) if it.op not in args.exclude_op
+                 and (args.max_numel is None or it.numel <= args.max_numel)]
         # one case per op first (the first by signature, a hash), then the rest by signature
         by_sig = sorted(every, key=lambda it: it.signature)
         firsts = list({it.op: it for it in reversed(by_sig)}.values())
@@ -357,6 +361,7 @@ def main() -> None:
 
         progress = not args.quiet
         out = {"model": args.model, "base": args.backend, "judge": args.judge, "mutants": names,
+               "max_numel": args.max_numel, "excluded_ops": args.exclude_op,
                "ops": len(model_ops), "ops_without_opinfo": missing, "real_cases": len(real),
                "model_cases": len(every), "opinfo_cases": len(op_items), "opinfo_build_s": round(t_samples, 1),
                "real": score_items(real, names, args.backend, load, "real cases", progress),

@@ -576,5 +576,6 @@ class _LowPrecisionAccumulation(TorchDispatchMode):
                 y = y * weight.float()
             if bias is not None:
                 y = y + bias.float()
-            return y.to(x.dtype), mean, rstd
+            # the CPU kernel returns mean and rstd in the input's dtype (CUDA's in float32)
+            return y.to(x.dtype), mean.to(x.dtype), rstd.to(x.dtype)
         return None

@@ -246,3 +246,18 @@ def test_copies_keep_the_layout_compiled_code_expects():
         assert same(c, x) and c.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
         z = copy_input(x, zeroed=True)
         assert (z.stride(), bool((z == 0).all())) == (x.stride(), True)
+
+
+def test_low_precision_layer_norm_keeps_eager_dtypes_and_shapes():
+    """The bf16-accumulating layer norm returns what the CPU kernel does, mean and rstd included."""
+    import torch
+
+    from casedb.mutants import _LowPrecisionAccumulation
+
+    x = torch.randn(4, 640, dtype=torch.bfloat16)
+    ref = torch.ops.aten.native_layer_norm(x, [640], None, None, 1e-5)
+    mode = _LowPrecisionAccumulation()
+    with mode:
+        got = torch.ops.aten.native_layer_norm(x, [640], None, None, 1e-5)
+    assert mode.hits == 1
+    assert [(t.dtype, t.shape) for t in got] == [(t.dtype, t.shape) for t in ref]
