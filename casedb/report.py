@@ -174,6 +174,12 @@ def _case(r: dict) -> str:
     return f"{r['model']}::{r['case_name']}"
 
 
+def _gist(msg: str | None, n: int = 160) -> str:
+    """An error's first line, shortened: a table row per case (--json keeps the whole message)."""
+    line = next((x.strip() for x in (msg or "").splitlines() if x.strip()), "")
+    return line if len(line) <= n else line[: n - 1] + "…"
+
+
 def _seconds(v) -> str:
     return "" if v is None else f"{v:.3f} s"
 
@@ -222,7 +228,7 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
 
         def change(r):
             return [_case(r), r["op"], r["inputs"], r["base_outcome"], r["outcome"], _num(r["base_max_abs_err"]),
-                    _num(r["max_abs_err"]), r["error_message"] or ""]
+                    _num(r["max_abs_err"]), _gist(r["error_message"])]
 
         table(f"Regressions {vs}", change_headers, report["regressions"], change, empty="none")
         table(f"Fixes {vs}", change_headers, report["fixes"], change, empty="none")
@@ -234,7 +240,7 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
     table("Remove xfail (marked xfail, now passing)", ["case", "op", "inputs", "repro"], report["remove_xfail"],
           lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
     table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
-          lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", r["error_message"] or r["reason"] or "",
+          lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", _gist(r["error_message"] or r["reason"]),
                      r["repro"]])
     table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
           note="where the cases that did not pass went wrong")

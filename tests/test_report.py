@@ -151,6 +151,22 @@ def test_markdown_summary_for_a_ci_page(cli, two_runs, db_path):
     assert "| model_a | 75.0% | 3/4 | 1 | 0 | 0 | 0 | 3/4 (75.0%) | 4 |" in md
 
 
+def test_tables_show_an_errors_first_line_and_json_all_of_it(cli, two_runs, db_path):
+    """A compile error's 60-line message would make each table row a page: its first line only."""
+    first, second = two_runs
+    message = "GuardOnDataDependentSymNode: Could not extract specialized integer from u0\n\n" + \
+              "\n".join(f"  File line {i}" for i in range(60))
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("UPDATE results SET error_message = ? WHERE run_id = ? AND model_case_id ="
+                     " (SELECT id FROM model_cases WHERE name = 'a_silu')", [message, second])
+    conn.close()
+    md = cli("report", "--markdown").stdout
+    assert "| GuardOnDataDependentSymNode: Could not extract specialized integer from u0 |" in md
+    assert "File line" not in md and "File line" not in cli("report").stdout
+    assert cli.json("report")["regressions"][0]["error_message"] == message
+
+
 def test_limit_truncates_lists_but_not_json(cli, two_runs):
     md = cli("report", "--markdown", "--limit", 1).stdout
     assert "... and 4 more (see --json)" in md  # 5 ops, one shown
