@@ -174,10 +174,11 @@ def _case(r: dict) -> str:
     return f"{r['model']}::{r['case_name']}"
 
 
-def _gist(msg: str | None, n: int = 160) -> str:
-    """An error's first line, shortened: a table row per case (--json keeps the whole message)."""
-    line = next((x.strip() for x in (msg or "").splitlines() if x.strip()), "")
-    return line if len(line) <= n else line[: n - 1] + "…"
+def _gist(msg: str | None) -> str:
+    """The line of an error that says what went wrong: a table row per case (--json keeps the whole)."""
+    from casedb.triage import first_error_line
+
+    return first_error_line(None, msg, None) if msg else ""
 
 
 def _seconds(v) -> str:

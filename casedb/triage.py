@@ -882,9 +882,12 @@ _ADDRESS = re.compile(r" (object )?at 0x[0-9a-f]+")
 
 
 def first_error_line(error_type: str | None, message: str | None, reason: str | None) -> str:
-    """The line of an error that says what went wrong (for an entry's reason)."""
+    """The line of an error that says what went wrong (a triage entry's reason, a report's table row)."""
     lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
-    line = next((ln for ln in lines if _ERROR_LINE.match(ln)), None)
+    if len(lines) > 1 and lines[0].endswith(" raised:"):
+        line = lines[1]  # dynamo's "backend='inductor' raised:" says nothing; the next line does
+    else:
+        line = next((ln for ln in lines if _ERROR_LINE.match(ln)), None)
     if line is None and lines:
         short = (error_type or "").rsplit(".", 1)[-1]
         line = f"{short}: {lines[0]}" if short and not lines[0].startswith(short) else lines[0]

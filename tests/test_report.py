@@ -154,8 +154,8 @@ def test_markdown_summary_for_a_ci_page(cli, two_runs, db_path):
 def test_tables_show_an_errors_first_line_and_json_all_of_it(cli, two_runs, db_path):
     """A compile error's 60-line message would make each table row a page: its first line only."""
     first, second = two_runs
-    message = "GuardOnDataDependentSymNode: Could not extract specialized integer from u0\n\n" + \
-              "\n".join(f"  File line {i}" for i in range(60))
+    message = "backend='inductor' raised:\nGuardOnDataDependentSymNode: Could not extract specialized integer " \
+              "from u0\n\n" + "\n".join(f"  File line {i}" for i in range(60))
     conn = sqlite3.connect(db_path)
     with conn:
         conn.execute("UPDATE results SET error_message = ? WHERE run_id = ? AND model_case_id ="

@@ -382,6 +382,10 @@ def test_first_error_line():
            "RuntimeError: faulty backend: cannot lower mul\n\nSet TORCHDYNAMO_VERBOSE=1")
     assert triage.first_error_line("torch._dynamo.exc.BackendCompilerFailed", msg, None) == \
         "RuntimeError: faulty backend: cannot lower mul"
+    guard = ("backend='inductor' raised:\nGuardOnDataDependentSymNode: Could not extract specialized integer\n\n"
+             "Caused by: x.py:1\nRuntimeError: not this one")
+    assert triage.first_error_line(None, guard, None) == \
+        "GuardOnDataDependentSymNode: Could not extract specialized integer"
     assert triage.first_error_line("ValueError", "bad\nmore", None) == "ValueError: bad"
     assert triage.first_error_line(None, None, "timeout after 30 s | killed") == "timeout after 30 s"
     assert len(triage.first_error_line("E", "x" * 500, None)) == 160
