@@ -210,9 +210,12 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
             for n in names:
                 ex, verdicts = run(n)
                 note = ex.notes.get("mutant")
+                # one measure of "within precision" for every judge (the tolerance judge measures no
+                # ULPs), so that the judges' scores share their denominators
+                ulp = next((v.ulp_err for v in verdicts.values() if v.ulp_err is not None), None)
                 for j, v in verdicts.items():
                     t = judges[j]["mutants"][n]
-                    what = mutation.classify(ctrl[j].outcome, v.outcome, note, v.ulp_err)
+                    what = mutation.classify(ctrl[j].outcome, v.outcome, note, ulp)
                     if what in ("caught", "survived"):
                         t["changed"] += 1
                         t["ops_changed"].add(item.op)
@@ -289,6 +292,15 @@ def print_tables(out: dict, judge: str) -> None:
             rc, oc = len(set(r["ops_caught"]) & common), len(set(o["ops_caught"]) & common)
             print(f"| {n} | {r['caught']} / {r['changed']} | {pct(r)} | {r['within_precision']} | {rc} "
                   f"| {o['caught']} / {o['changed']} | {pct(o)} | {o['within_precision']} | {oc} |")
+    judges = list(out["real"]["judges"])
+    print("\njudges side by side: caught / changed (score) on real cases; control false alarms first\n")
+    print(f"| mutant | {' | '.join(judges)} |")
+    print(f"|---|{'---:|' * len(judges)}")
+    print(f"| control false alarms | "
+          f"{' | '.join(str(len(out['real']['judges'][j]['control']['false_alarms'])) for j in judges)} |")
+    for n in out["mutants"]:
+        cells = [out["real"]["judges"][j]["mutants"][n] for j in judges]
+        print(f"| {n} | " + " | ".join(f"{t['caught']} / {t['changed']} ({pct(t)})" for t in cells) + " |")
     for side in ("real", "opinfo"):
         for n in out["mutants"]:
             for sv in out[side]["judges"][judge]["mutants"][n]["survivors"][:3]:
