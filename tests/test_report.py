@@ -151,8 +151,9 @@ def test_markdown_summary_for_a_ci_page(cli, two_runs, db_path):
     assert "| model_a | 75.0% | 3/4 | 1 | 0 | 0 | 0 | 3/4 (75.0%) | 4 |" in md
 
 
-def test_tables_show_an_errors_first_line_and_json_all_of_it(cli, two_runs, db_path):
-    """A compile error's 60-line message would make each table row a page: its first line only."""
+def test_tables_show_the_line_that_says_what_failed_and_json_all_of_it(cli, two_runs, db_path):
+    """A compile error's 60-line message would make each table row a page: the one line that says
+    what went wrong (not dynamo's "backend=... raised:")."""
     first, second = two_runs
     message = "backend='inductor' raised:\nGuardOnDataDependentSymNode: Could not extract specialized integer " \
               "from u0\n\n" + "\n".join(f"  File line {i}" for i in range(60))
