@@ -50,8 +50,27 @@ def is_path(name: str) -> bool:
     return name.endswith(".py") or "/" in name or os.sep in name
 
 
+def _findable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _local_file(name: str) -> Path | None:
+    """``NAME.py`` in the working directory for an --import NAME that is not on sys.path: the
+    console script's sys.path lacks the working directory that ``python -m`` would give it."""
+    try:
+        local = Path(*name.split(".")).with_suffix(".py")
+    except ValueError:
+        return None
+    return local if local.is_file() and not _findable(name) else None
+
+
 def import_module(name: str):
     """Import a module by name, or a ``.py`` file by path (for ops registered in a local file)."""
+    if not is_path(name) and (local := _local_file(name)) is not None:
+        name = str(local)
     if is_path(name):
         path = Path(name).resolve()
         if not path.is_file():
@@ -78,13 +97,11 @@ def check_import(name: str) -> str:
         if not Path(name).is_file():
             raise TargetError(f"--import {name}: no such file")
         return str(Path(name).resolve())
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise TargetError(f"--import {name}: no module named {name!r} (give an importable module or a .py path)")
-    return name
+    if _findable(name):
+        return name
+    if (local := _local_file(name)) is not None:
+        return str(local.resolve())
+    raise TargetError(f"--import {name}: no module named {name!r} (give an importable module or a .py path)")
 
 
 def prepare_target(target: Target) -> Target:

@@ -397,6 +397,15 @@ def test_fail_fast_stops_and_resume_finishes(cli, db, data_dir):
     assert (rest["status"], rest["executed"], rest["failed"], rest["skipped"]) == ("finished", 3, 3, 1)
 
 
+def test_import_by_name_finds_a_file_in_the_working_directory(cli, db, data_dir, tmp_path, monkeypatch):
+    # `casedb` is a console script: its sys.path lacks the working directory, as `python -m` has it
+    shutil.copy(data_dir / "custom_ops.py", tmp_path / "my_wrong_backend.py")
+    monkeypatch.chdir(tmp_path)
+    out = run_json(cli, "--model", "ra", "--backend", "casedb_test_perturb", "--device", "cpu",
+                   "--import", "my_wrong_backend", "-j", "0", code=1)
+    assert out["failed"] > 0
+
+
 def test_unusable_target_and_bad_options_exit_2(cli, db):
     bad_backend = cli("run", "--model", "ra", "--backend", "nosuch_backend", "--device", "cpu", "-j", "0")
     assert bad_backend.exit_code == 2
