@@ -106,8 +106,8 @@ class RunSpec:
         cli=("--backend",), pytest="--casedb-backend", rfc="--compile-backend", env="TEST_COMPILE_BACKEND",
         target=True, metavar="NAME"))
     imports: list = opt(None, Flag(
-        "Module (or .py file; NAME.py in the working directory for NAME) imported in every process running cases, first (repeatable); "
-        "--resume needs them given again.",
+        "Module (or .py file; NAME.py in the working directory for NAME) imported in every "
+        "process running cases, first (repeatable); --resume needs them given again.",
         cli=("--import",), pytest="--casedb-import", target=True, metavar="MODULE"), factory=list)
     reference_dtype: str | None = opt(None, Flag(
         "Also compare with an upcast reference (float32/float64).",
