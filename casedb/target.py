@@ -50,6 +50,13 @@ def is_path(name: str) -> bool:
     return name.endswith(".py") or "/" in name or os.sep in name
 
 
+def _findable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _local_file(name: str) -> Path | None:
     """``NAME.py`` in the working directory for an --import NAME that is not on sys.path: the
     console script's sys.path lacks the working directory that ``python -m`` would give it."""
@@ -57,14 +64,17 @@ def _local_file(name: str) -> Path | None:
         local = Path(*name.split(".")).with_suffix(".py")
     except ValueError:
         return None
-    return local if local.is_file() else None
+    return local if local.is_file() and not _findable(name) else None
 
 
 def import_module(name: str):
     """Import a module by name, or a ``.py`` file by path (for ops registered in a local file)."""
-    name = check_import(name)
+    if not is_path(name) and (local := _local_file(name)) is not None:
+        name = str(local)
     if is_path(name):
-        path = Path(name)
+        path = Path(name).resolve()
+        if not path.is_file():
+            raise TargetError(f"--import {name}: no such file")
         mod_name = "casedb_import_" + re.sub(r"\W", "_", path.stem)
         if mod_name in sys.modules:
             return sys.modules[mod_name]
@@ -87,11 +97,8 @@ def check_import(name: str) -> str:
         if not Path(name).is_file():
             raise TargetError(f"--import {name}: no such file")
         return str(Path(name).resolve())
-    try:
-        if importlib.util.find_spec(name) is not None:
-            return name
-    except (ImportError, ValueError):
-        pass
+    if _findable(name):
+        return name
     if (local := _local_file(name)) is not None:
         return str(local.resolve())
     raise TargetError(f"--import {name}: no module named {name!r} (give an importable module or a .py path)")
