@@ -4,6 +4,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+# torch before any test: pytester restores sys.modules after its test, so a torch first imported
+# inside one (by a fixture) is dropped, and importing its C extension again crashes the worker
+import torch  # noqa: F401
 from typer.testing import CliRunner
 
 DATA = Path(__file__).parent / "data"
