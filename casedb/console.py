@@ -11,7 +11,7 @@ from casedb import outcomes
 
 JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "executed", "passed", "failed", "errors", "ref_errors",
              "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
-             "duplicates_skipped", "unexpected", "triage", "vacuous", "lowering", "stages", "planned", "duration_s",
+             "duplicates_skipped", "unexpected", "triage", "triage_files", "vacuous", "lowering", "stages", "planned", "duration_s",
              "time", "session", "models", "error")
 
 
@@ -113,6 +113,9 @@ def summary_notes(summary: dict) -> list[str]:
     if planned.get("available") and planned["cases"] < planned["available"] and opts.get("markexpr") is None:
         notes.append(f"{planned['cases']} of {planned['available']} cases selected: the default marker filter "
                      f"(-m '{marks_mod.DEFAULT_EXCLUDE}') leaves out the rest unless -m is given (-m '' runs all)")
+    files = summary.get("triage_files") or []
+    notes.append("triage files loaded: " + (", ".join(_shown_path(p) for p in files) if files else
+                                            "none (give --triage FILE, or put it in triage/*.yaml)"))
     t = summary.get("triage") or {}
     if any(t.get(k) for k in ("new", "regression", "known")):
         parts = [f"{t.get('new', 0)} new failures", f"{t.get('regression', 0)} regressions",
@@ -128,6 +131,14 @@ def summary_notes(summary: dict) -> list[str]:
     if summary.get("status") != "finished":
         notes.append(f"run {summary['run_id']} is {summary.get('status')}: finish it with casedb run --resume {summary['run_id']}")
     return notes
+
+
+def _shown_path(path: str) -> str:
+    """A path relative to the working directory when it lies below it."""
+    import os
+
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def summary_json(summary: dict) -> dict:

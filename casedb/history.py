@@ -247,6 +247,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
                                               AND outcome = 'xpassed'""", [run_id]).fetchone()[0]
     out["planned"] = sel.get("planned")
     out["options"] = sel.get("options")
+    out["triage_files"] = list((sel.get("options") or {}).get("triage") or [])
     t = conn.execute("""SELECT sum(t_ref), sum(t_compile), sum(t_exec), sum(duration), count(t_compile), count(t_exec)
                         FROM results WHERE run_id = ?""", [run_id]).fetchone()
     out["time"] = {"ref_s": _r(t[0]), "compile_s": _r(t[1]), "exec_s": _r(t[2]), "cases_s": _r(t[3]),

@@ -105,6 +105,10 @@ class MarkExpression:
                     )
             self._tree = tree.body
 
+    def idents(self) -> set[str]:
+        """The mark names the expression mentions."""
+        return {n.id for n in ast.walk(self._tree) if isinstance(n, ast.Name)} if self._tree is not None else set()
+
     def matches(self, marks) -> bool:
         if self._tree is None:
             return True
@@ -119,3 +123,21 @@ def _match(node, marks: set) -> bool:
     if isinstance(node.op, ast.And):
         return all(_match(v, marks) for v in node.values)
     return any(_match(v, marks) for v in node.values)
+
+
+def unknown_marks(markexpr: str, known) -> str | None:
+    """What is wrong with an -m expression naming marks outside ``known`` (None: nothing)."""
+    import difflib
+
+    try:
+        unknown = sorted(MarkExpression(markexpr).idents() - set(known))
+    except ValueError:  # a syntax error: the expression's own check says so
+        return None
+    if not unknown:
+        return None
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"-m {markexpr!r}: no case or model has the mark {', '.join(hints)}; "
+            "pytest --list-cases-by-mark -m '' shows every case's marks")

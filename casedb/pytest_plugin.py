@@ -226,6 +226,23 @@ def pytest_cmdline_main(config):
     return pytest.ExitCode.OK
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Under strict markers an -m naming a mark nobody registered is refused on every pytest
+    version, in casedb's words (pytest >= 9.2 refuses it itself; older ones select nothing)."""
+    cases = config.stash.get(_CASES, None)
+    if cases is None or not cases.spec.markexpr or not any(_item_param(item) is not None for item in items):
+        return
+    if not (config.getini("strict_markers") or getattr(config.option, "strict_markers", False)):
+        return
+    from casedb import marks as marks_mod
+
+    registered = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    problem = marks_mod.unknown_marks(cases.spec.markexpr, registered)
+    if problem:
+        raise pytest.UsageError(problem)
+
+
 def _db_arg(config) -> str | None:
     return config.option.casedb_db
 
@@ -282,15 +299,18 @@ class _Cases:
         self._db_path = shared.get("db")
         self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
         self.spec = spec_from_config(config)
-        if not self.spec.triage:  # the project's triage/*.yaml, as casedb run finds them
-            from casedb.triage import default_paths
+        if config.option.casedb_run_id is None:  # (casedb run hands its session the files it chose)
+            from casedb.triage import run_paths
 
-            # (the invocation directory, not rootdir: pytest's rootdir follows path-like option values)
-            self.spec.triage = [str(p.resolve()) for p in default_paths(Path(config.invocation_params.dir))]
+            # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
+            # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
+            self.spec.triage = run_paths(self.spec.triage, cwd=Path(config.invocation_params.dir),
+                                         shipped=self.spec.shipped_triage)
         self.smoke = not self.spec.models and not self.spec.all_models
         self.run_id = config.option.casedb_run_id
         self._plan = None
         self._by_id = None
+        self.mark_names: set[str] = set()  # every mark of the DB (with the plan)
 
     @property
     def db_path(self) -> str:
@@ -311,6 +331,7 @@ class _Cases:
             try:
                 with _db_lock(self.db_path), open_store(self.db_path) as store:
                     self._plan = build_plan(store, self.spec.models or None, dedupe=self.spec.dedupe, smoke=self.smoke)
+                    self.mark_names = store.mark_names()
             except CasedbError as e:
                 raise pytest.UsageError(str(e)) from None
             self._by_id = {it.id: it for it in self._plan}
@@ -380,7 +401,10 @@ class Worker:
         from casedb.plan import model_mark
 
         params = []
-        for it in self.cases.plan():
+        plan = self.cases.plan()
+        for name in sorted(self.cases.mark_names):  # -m may name a mark of any case of the DB
+            self._mark(name)
+        for it in plan:
             names = list(it.marks) + [model_mark(m) for m in it.models]
             params.append(pytest.param(it, id=it.id, marks=[self._mark(n) for n in names]))
         metafunc.parametrize(ARG, params)

@@ -95,8 +95,13 @@ class RunSpec:
         cli=("--max-numel",), pytest="--casedb-max-numel", metavar="N"))
     triage: list = opt(None, Flag(
         "Triage file (YAML: expected status per case and target, tolerance rules; repeatable; default "
-        "triage/*.yaml when present; see casedb.triage).", cli=("--triage",), pytest="--casedb-triage",
+        "triage/*.yaml of the working directory when present; the shipped triage is added unless "
+        "--no-shipped-triage; see casedb.triage).", cli=("--triage",), pytest="--casedb-triage",
         metavar="PATH"), factory=list)
+    shipped_triage: bool = opt(True, Flag(
+        "Also load the triage shipped with casedb's manifests (manifests/triage/*.yaml: known failures of "
+        "torch.compile over the shipped cases, each entry scoped to the backend it fails on).",
+        cli=("--shipped-triage",), pytest="--casedb-shipped-triage"))
     # ------------------------------------------------------------------ what: the target
     device: str | None = opt(None, Flag(
         "Target device (default: cuda when available, else cpu; any device torch knows).",

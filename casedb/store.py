@@ -289,6 +289,19 @@ class Store:
             out.append(row)
         return out
 
+    def mark_names(self) -> set[str]:
+        """Every mark a current case carries (derived or declared) and every model's ``model_<name>``."""
+        from casedb.plan import model_mark
+
+        q = """SELECT DISTINCT j.value AS mark FROM model_cases mc JOIN cases c ON c.signature = mc.signature,
+                      json_each(CASE WHEN json_valid(c.marks) THEN c.marks ELSE '[]' END) j
+               WHERE mc.retired_at IS NULL
+               UNION SELECT DISTINCT j.value FROM model_cases mc,
+                      json_each(CASE WHEN json_valid(mc.marks) THEN mc.marks ELSE '[]' END) j
+               WHERE mc.retired_at IS NULL"""
+        names = {str(r["mark"]) for r in self.db.query(q)}
+        return names | {model_mark(r["name"]) for r in self.db.query("SELECT name FROM models")}
+
     def find(self, name_or_signature: str) -> list[dict]:
         """Occurrences whose case name or signature (prefix, ≥ 6 hex digits) matches; retired
         occurrences (``import --replace``) only when nothing current does, so a command from an

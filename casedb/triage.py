@@ -382,6 +382,28 @@ def default_paths(root: Path = Path(".")) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
+def shipped_paths() -> list[Path]:
+    """The triage files shipped beside casedb's manifests (``manifests/triage/*.yaml``)."""
+    from casedb.store import SHIPPED_MANIFESTS
+
+    return default_paths(SHIPPED_MANIFESTS)
+
+
+def run_paths(given, *, cwd: Path = Path("."), shipped: bool = True) -> list[str]:
+    """The triage files a run loads, by absolute path: ``given`` (else ``triage/*.yaml`` under
+    ``cwd``), then the shipped ones unless ``shipped`` is off (their entries name the shipped
+    models and the backend they fail on, so they apply to nothing else)."""
+    paths = [Path(p) for p in given] if given else default_paths(cwd)
+    if shipped:
+        paths += shipped_paths()
+    out: list[str] = []
+    for p in paths:
+        resolved = str(Path(p).resolve())
+        if resolved not in out:
+            out.append(resolved)
+    return out
+
+
 class _File:
     """One file's text and document, with the line of each key (for problems and edits)."""
 
@@ -740,7 +762,11 @@ def require_clean(paths, store) -> None:
     InputError listing each problem (file:line) before any case runs."""
     if not paths:
         return
-    problems = check(paths, store)
+    shipped = {str(p.resolve()) for p in shipped_paths()}
+    # the shipped triage names the shipped models: in a DB without them its entries select
+    # nothing, which is no problem of the user's
+    problems = [p for p in check(paths, store)
+                if not (p.kind == "stale" and p.where.rpartition(":")[0] in shipped)]
     if problems:
         listed = "\n".join(f"  {p}" for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more (casedb triage check)" if len(problems) > 20 else ""

@@ -296,6 +296,11 @@ def load(path, max_bytes: int | None = None, *, loader_class=None):
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(e, "problem", None) or str(e)
+        if "nesting depth" in problem:
+            # PyYAML >= 6.0.4's own limit (its scanner reads ahead of casedb's depth check): the
+            # same refusal, in casedb's words, whichever side sees the depth first
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels; a manifest needs far fewer",
+                             where=where) from None
         raise InputError(f"YAML syntax error: {problem}; fix the file and import again", where=where) from None
     except RecursionError:  # the depth bound above stops it first; never a traceback
         raise InputError(f"nested too deeply to read (more than {MAX_DEPTH} levels)", where=str(path)) from None

@@ -215,14 +215,20 @@ def test_the_upcast_reference_judges_at_the_outputs_tolerance_when_the_cpu_refer
 
 
 def test_an_accumulating_op_is_measured_at_its_terms_magnitude():
-    # a mean of centred data cancels: inductor's CPU mean (another summation order) is 12 ULPs off
-    # at the result's magnitude where eager is 3 (a false alarm), and under one at the terms'
+    # a mean of centred data cancels: another summation order (inductor's on some CPUs: 12 ULPs off
+    # at the result's magnitude where eager is 3) must not be a false alarm; under one ULP at the terms'
     c = case("torch.Tensor.mean", T([4, 2880], "float32"), {"value": -1}, dtype="float32")
     ex = run_case(c, backend="inductor", high_precision=True)
-    ref, out, hi, mag = (r["output"] for r in (ex.reference, ex.target, ex.reference_hi, ex.reference_mag))
-    assert mag.shape == (4,) and bool((mag > hi.abs()).all())
-    assert not compare(ref, out, mode="ulp", hi=hi).passed  # at the result's magnitude
+    ref, hi, mag = (r["output"] for r in (ex.reference, ex.reference_hi, ex.reference_mag))
+    assert mag.shape == (4,) and bool((mag > 16 * hi.abs()).all())
     assert judge(ex, tolerances=Policy().tolerances(occ(), c, ex.dtypes()), judge="both").outcome == "passed"
+    # one ULP of the terms' magnitude (what reordering a sum costs), built here rather than taken from
+    # this CPU's kernel: > 16 ULPs at the cancelled result's magnitude (the bound there is 4: this
+    # reference is the correctly rounded one), within the bound at the terms'
+    exact = hi.float()
+    reordered = (hi + mag * 2.0 ** -24).float()
+    assert not compare(exact, reordered, mode="ulp", hi=hi).passed
+    assert compare(exact, reordered, mode="ulp", hi=hi, hi_mag=mag).passed
     # a wrong target is still caught: 0.1 % of the result, or the sum accumulated in bf16
     assert not compare(ref, ref * 1.001, mode="ulp", hi=hi, hi_mag=mag).passed
     x = materialize(c, "cpu")[0][0]

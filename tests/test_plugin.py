@@ -205,6 +205,25 @@ def test_strict_markers_reject_an_unknown_mark_but_not_casedbs(ptr):
     assert ok.ret == 0 and len(collected(ok)) == 5
 
 
+def test_m_may_name_a_mark_of_a_model_not_selected(ptr):
+    # mymark is beta's: registered from the DB, so strict markers take it for alpha too (none selected)
+    res = ptr.runpytest("--model", "alpha", "--collect-only", "-q", "-m", "mymark")
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED and collected(res) == []
+
+
+def test_m_naming_no_mark_is_refused_in_casedbs_words_on_any_pytest(ptr):
+    res = ptr.runpytest("--model", "alpha", "--collect-only", "-q", "-m", "not mymrak")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*no case or model has the mark 'mymrak' (did you mean 'mymark'?)*"])
+
+
+def test_casedb_run_refuses_an_unknown_mark_before_running(db, cli):
+    res = cli("run", "--model", "alpha", "-m", "not largedimtensr", "--device", "cpu", "--backend", "eager", db=db)
+    assert res.exit_code == 2
+    assert "no case or model has the mark 'largedimtensr' (did you mean 'largedimtensor'?)" in res.output
+    assert rows(db, "SELECT id FROM runs") == []
+
+
 def test_without_model_only_a_smoke_set(ptr, db):
     from casedb.marks import DEFAULT_EXCLUDE
     from casedb.plan import SMOKE_SIZE
@@ -444,7 +463,7 @@ def test_rfc_spellings_are_registered_when_free(ptr):
 def test_casedb_run_resumes_a_run_the_pytest_front_end_recorded(ptr, db, data_dir, cli):
     wrong = ("--casedb-import", str(data_dir / "custom_ops.py"), "--compile-backend", "casedb_test_perturb",
              "--device", "cpu")
-    first = ptr.runpytest("--model", "alpha", "--model", "beta", *wrong, "-x", "-m", "not skipme")
+    first = ptr.runpytest("--model", "alpha", "--model", "beta", *wrong, "-x", "-m", "not largedimtensor")
     first.assert_outcomes(failed=1)
     run = rows(db, "SELECT id, status, selection FROM runs")
     assert [(r["id"], r["status"]) for r in run] == [(1, "interrupted")]

@@ -142,3 +142,23 @@ def test_an_unusable_target_with_triage_files_is_reported_by_the_cases(pytester,
     assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
     res.stdout.fnmatch_lines(["*--import no_such_module_here failed: ModuleNotFoundError*"])
     assert res.ret == pytest.ExitCode.INTERRUPTED  # a fatal target stops the session
+
+
+@pytest.mark.slow
+def test_the_main_job_applies_the_shipped_triage_of_its_target(cli, db_path):
+    """A correct backend's first run ends green: the shipped triage (a torch.compile limitation
+    on four granite4h cases) is loaded by default, and the run says so."""
+    root = Path(__file__).resolve().parent.parent
+    assert cli("import", root / "manifests" / "granite4h.yaml").exit_code == 0
+    run = ("run", "--model", "granite4h", "-k", "getitem_9ecf954a", "--device", "cpu", "--backend", "inductor",
+           "-j", "0", "--no-progress")
+    res = cli(*run)
+    assert res.exit_code == 0, res.output
+    assert "triage files loaded: manifests/triage/torch-compile-cpu.yaml" in res.output
+    s = cli.json(*run)
+    assert (s["xfailed"], s["errors"], s["triage"]["known"]) == (1, 0, 1)
+    assert s["triage_files"] == [str(root / "manifests" / "triage" / "torch-compile-cpu.yaml")]
+    # without it the same case is a new error; on the eager backend no entry applies (it passes)
+    assert cli(*run, "--no-shipped-triage").exit_code == 1
+    eager = cli.json(*run[:5], "--device", "cpu", "--backend", "eager", "-j", "0")
+    assert (eager["passed"], eager["xpassed"], eager["triage"].get("known", 0)) == (1, 0, 0)
