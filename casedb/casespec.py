@@ -91,10 +91,9 @@ def normalize_op(op: Any) -> str:
 
 
 def _refuse_unsafe_op(op: str) -> None:
-    """Ops are tensor operations: a name that reaches os.system, a file writer or a module
-    loader through torch is refused at import (casedb.ops has the rule; the run checks again)."""
-    if op.startswith("torch.ops.") and not any(p.startswith("_") for p in op.split(".")[2:]):
-        return  # dispatcher operators: no torch import needed
+    """Ops are tensor operations: a name that reaches os.system, a file writer, a module loader
+    or process-wide state through torch — ``torch.ops.aten.from_file`` as much as ``torch.from_file``
+    — is refused at import (casedb.ops and casedb.dispatcher have the rule; the run checks again)."""
     from casedb.ops import UnsafeOpError, refuse_unsafe
 
     try:
