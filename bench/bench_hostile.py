@@ -41,8 +41,9 @@ TEMPLATE = ROOT / "tests" / "data" / "template.yaml"
 OPS = ["torch.add", "torch.mul", "torch.nn.functional.silu", "torch.nn.functional.linear", "torch.matmul"]
 
 
-def measure(cmd: list[str], timeout: float = 600, cwd: Path = ROOT) -> dict:
-    """Run `cmd`; wall seconds, peak RSS (MiB) of that process, exit code, last stderr line."""
+def measure(cmd: list[str], timeout: float = 600, cwd: Path = ROOT, said_chars: int = 110) -> dict:
+    """Run `cmd`; wall seconds, peak RSS (MiB) of that process, exit code, last stderr line
+    (its first `said_chars` characters)."""
     err = tempfile.TemporaryFile()
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
@@ -60,7 +61,7 @@ def measure(cmd: list[str], timeout: float = 600, cwd: Path = ROOT) -> dict:
     err.seek(0)
     lines = err.read().decode(errors="replace").strip().splitlines()
     return {"s": round(wall, 2), "rss_mib": round(usage.ru_maxrss / 1024), "rc": os.waitstatus_to_exitcode(status),
-            "said": " ".join(lines[-1].split())[:110] if lines else ""}
+            "said": " ".join(lines[-1].split())[:said_chars] if lines else ""}
 
 
 def casedb(db: Path, *args) -> list[str]:
