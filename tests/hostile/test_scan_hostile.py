@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_hostile import measure
+from bench.bench_hostile import measure_apart
 from casedb import scan
 
 pytestmark = pytest.mark.timeout(600)
@@ -64,10 +64,10 @@ def test_auto_map_is_refused_whatever_the_model_type(tmp_path, model_type):
 
 
 def test_a_config_with_a_million_layers_is_refused_before_building(tmp_path):
-    base = measure(casedb(tmp_path, "scan", tmp_path / "missing.json"), timeout=300, cwd=tmp_path)
+    base = measure_apart(casedb(tmp_path, "scan", tmp_path / "missing.json"), timeout=300, cwd=tmp_path)
     cfg = write_config(tmp_path / "layers.json", num_hidden_layers=10 ** 6)
     assert cfg.stat().st_size < 256  # the had 195 bytes
-    r = measure(casedb(tmp_path, "scan", cfg, "-o", tmp_path / "out.jsonl"), timeout=300, cwd=tmp_path,
+    r = measure_apart(casedb(tmp_path, "scan", cfg, "-o", tmp_path / "out.jsonl"), timeout=300, cwd=tmp_path,
                 said_chars=1000)
     assert (base["rc"], r["rc"]) == (2, 2), r
     assert "layers.json: num_hidden_layers is 1,000,000; casedb scans models of at most 1,024 layers" in r["said"]
