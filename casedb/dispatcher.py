@@ -52,11 +52,6 @@ def denied_name(op: str) -> bool:
     return op in DENIED_OPS or DENIED_NAME.search(op) is not None
 
 
-def imported_namespaces() -> frozenset:
-    """The namespaces --import modules of this process registered (see :func:`credit`)."""
-    return frozenset(_imported)
-
-
 def namespaces() -> set[str]:
     """The dispatcher namespaces registered in this process now."""
     return {n.split("::", 1)[0] for n in torch._C._dispatch_get_all_op_names()}
@@ -105,7 +100,8 @@ def _check_schema(schema) -> str | None:
     for a in list(schema.arguments) + list(schema.returns):
         kind = _denied_kind(a.type)
         if kind:
-            return f"takes or returns a {kind.removesuffix('Type').removesuffix('Obj')} ({a.name or 'result'}), not a value"
+            what = kind.removesuffix("Type").removesuffix("Obj")
+            return f"takes or returns a {what} ({a.name or 'result'}), not a value"
     for a in schema.arguments:
         if _PATH_ARGUMENT.search(a.name) and "str" in str(a.type):
             return f"takes a file name ({a.name})"

@@ -90,8 +90,10 @@ def test_only_namespaces_an_import_registers_are_callable(cli, db_path, tmp_path
     case = {"signature": "e" * 64, "op": f"torch.ops.{ns}.double", "dtype": "float32", "seed": None, "attrs": {},
             "inputs": [{"tensor": {"shape": [4], "dtype": "float32", "init": "randn"}}]}
     ex = run_case(case)
-    assert ex.ref_error.phase == "resolve" and f"torch.ops.{ns} is not a namespace cases may call" in ex.ref_error.message
-    path = manifest(tmp_path, f"  - name: double\n    op: torch.ops.{ns}.double\n    inputs:\n      - tensor: {{shape: [4]}}\n")
+    assert ex.ref_error.phase == "resolve"
+    assert f"torch.ops.{ns} is not a namespace cases may call" in ex.ref_error.message
+    path = manifest(tmp_path, f"  - name: double\n    op: torch.ops.{ns}.double\n"
+                              "    inputs: [{tensor: {shape: [4]}}]\n")
     res = cli("import", path)
     assert res.exit_code == 2 and f"m.yaml:3: case 'double': op 'torch.ops.{ns}.double'" in " ".join(res.output.split())
     assert rows(db_path, "SELECT count(*) AS n FROM cases") == [{"n": 0}]
