@@ -1,4 +1,4 @@
-"""Time and memory of hostile input (issue 15), each against a baseline measured in the same run.
+"""Time and memory of hostile input (issues 15 and 24), each against a baseline measured in the same run.
 
     python bench/bench_hostile.py                 # all three parts
     python bench/bench_hostile.py --part import   # or: manifest, serve
@@ -6,7 +6,8 @@
     python bench/bench_hostile.py --part manifest --compare-checkout /tmp/wt-old  # + an older casedb
 
 * **import**: `casedb import` of each hostile input (alias bombs, 100k-deep nesting, a 3 GiB
-  gzip bomb, a FIFO, a link to /dev/zero, an ET ctrl_deps cycle, ...) in its own process; wall
+  gzip bomb, a FIFO, a link to /dev/zero, an ET ctrl_deps cycle, a tensor_list of 10^6 tensors,
+  a shape of 10^6 dimensions, an aten::from_file case ...) in its own process; wall
   time and peak RSS next to `casedb import` of the RFC template (a normal small import, interpreter
   and torch start included on both sides). Every one must exit 2.
 * **manifest**: a manifest of ``--cases`` cases (100k by default, mixed ops and shapes): peak RSS
@@ -41,8 +42,9 @@ TEMPLATE = ROOT / "tests" / "data" / "template.yaml"
 OPS = ["torch.add", "torch.mul", "torch.nn.functional.silu", "torch.nn.functional.linear", "torch.matmul"]
 
 
-def measure(cmd: list[str], timeout: float = 600, cwd: Path = ROOT) -> dict:
-    """Run `cmd`; wall seconds, peak RSS (MiB) of that process, exit code, last stderr line."""
+def measure(cmd: list[str], timeout: float = 600, cwd: Path = ROOT, said_chars: int = 110) -> dict:
+    """Run `cmd`; wall seconds, peak RSS (MiB) of that process, exit code, last stderr line
+    (its first `said_chars` characters)."""
     err = tempfile.TemporaryFile()
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
@@ -60,7 +62,19 @@ def measure(cmd: list[str], timeout: float = 600, cwd: Path = ROOT) -> dict:
     err.seek(0)
     lines = err.read().decode(errors="replace").strip().splitlines()
     return {"s": round(wall, 2), "rss_mib": round(usage.ru_maxrss / 1024), "rc": os.waitstatus_to_exitcode(status),
-            "said": " ".join(lines[-1].split())[:110] if lines else ""}
+            "said": " ".join(lines[-1].split())[:said_chars] if lines else ""}
+
+
+def measure_apart(cmd: list[str], timeout: float = 600, cwd: Path = ROOT, said_chars: int = 110) -> dict:
+    """:func:`measure` run from a fresh, small Python process: Linux keeps a process's peak RSS
+    across fork and exec, so a child of a big process (a pytest worker) reports its parent's."""
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from bench.bench_hostile import measure; a = json.loads(sys.argv[2]); "
+            "print(json.dumps(measure(a['cmd'], a['timeout'], Path(a['cwd']), a['said_chars'])))")
+    args = json.dumps({"cmd": list(map(str, cmd)), "timeout": timeout, "cwd": str(cwd), "said_chars": said_chars})
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT), args], capture_output=True, text=True,
+                         timeout=timeout + 60, check=True)
+    return json.loads(out.stdout)
 
 
 def casedb(db: Path, *args) -> list[str]:
@@ -94,6 +108,15 @@ def hostile_inputs(tmp: Path) -> dict[str, list]:
     os.mkfifo(tmp / "pt" / "x.pt")
     pt_fifo = tmp / "pt" / "m.yaml"
     pt_fifo.write_text("model: h\ncases:\n  - name: f\n    op: torch.relu\n    inputs:\n      - file: x.pt\n")
+    big_list = tmp / "tensor_list.yaml"
+    big_list.write_text("model: h\ncases:\n  - name: c\n    op: torch.cat\n    inputs:\n      - tensor_list: ["
+                        + ", ".join(["{shape: [1]}"] * 1_000_000) + "]\n")
+    big_rank = tmp / "rank.yaml"
+    big_rank.write_text("model: h\ncases:\n  - name: n\n    op: torch.neg\n    inputs:\n      - tensor: {shape: ["
+                        + ", ".join(["1"] * 1_000_000) + "]}\n")
+    from_file = tmp / "from_file.yaml"
+    from_file.write_text(f"model: h\ncases:\n  - name: grow\n    op: aten::from_file\n    inputs:\n"
+                         f"      - value: {tmp / 'grown'}\n      - value: true\n      - value: 1000000\n")
     return {
         "alias bomb (10^9 values, 717 B)": [HOSTILE / "alias_bomb.yaml"],
         "alias doubling (2^21 values)": [HOSTILE / "alias_doubling.yaml"],
@@ -106,6 +129,9 @@ def hostile_inputs(tmp: Path) -> dict[str, list]:
         "link to /dev/zero": [zero, "--model", "m"],
         "file: input that is a FIFO": [pt_fifo],
         "ET ctrl_deps cycle": [HOSTILE / "et_cycle.json", "--model", "m"],
+        "tensor_list of 10^6 tensors (14 MB)": [big_list],
+        "shape of 10^6 dimensions (3 MB)": [big_rank],
+        "aten::from_file case": [from_file],
     }
 
 

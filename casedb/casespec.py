@@ -35,6 +35,11 @@ ERROR_TYPES = ("RuntimeError", "ValueError", "TypeError", "AssertionError", "Ind
                "AttributeError", "Exception", "torch.OutOfMemoryError", "OutOfMemoryError",
                "torch._dynamo.exc.Unsupported", "BackendCompilerFailed", "InductorError")
 _DEVICE = re.compile(r"^(cpu|cuda|xpu|mps|meta|hpu|spyre|privateuseone|[a-z_]+)(:\d+)?$")
+# Bounds on what one case may hold (a few bytes of manifest must not cost gigabytes downstream):
+# a _foreach op over every parameter of a large model lists a few thousand tensors; torch's
+# kernels take at most 25 dimensions and real tensors have fewer than 10.
+MAX_TENSOR_LIST = 10_000
+MAX_RANK = 64
 
 
 @dataclass
@@ -91,10 +96,9 @@ def normalize_op(op: Any) -> str:
 
 
 def _refuse_unsafe_op(op: str) -> None:
-    """Ops are tensor operations: a name that reaches os.system, a file writer or a module
-    loader through torch is refused at import (casedb.ops has the rule; the run checks again)."""
-    if op.startswith("torch.ops.") and not any(p.startswith("_") for p in op.split(".")[2:]):
-        return  # dispatcher operators: no torch import needed
+    """Ops are tensor operations: a name that reaches os.system, a file writer, a module loader
+    or process-wide state through torch — ``torch.ops.aten.from_file`` as much as ``torch.from_file``
+    — is refused at import (casedb.ops and casedb.dispatcher have the rule; the run checks again)."""
     from casedb.ops import UnsafeOpError, refuse_unsafe
 
     try:
@@ -261,6 +265,9 @@ def _input(item: Any, ctx: _Ctx, label: str) -> dict:
     if kind == "tensor_list":
         if not isinstance(body, list):
             raise ValueError(f"{label}: tensor_list must be a list of tensor specs")
+        if len(body) > MAX_TENSOR_LIST:
+            raise ValueError(f"{label}: tensor_list holds {len(body):,} tensors; a case takes at most "
+                             f"{MAX_TENSOR_LIST:,} in one list")
         return {"tensor_list": [_tensor(t, ctx, f"{label}[{i}]") for i, t in enumerate(body)]}
     if kind == "value":
         return _value_item(body, label)
@@ -333,6 +340,8 @@ def _value_item(v: Any, label: str, key: str | None = None) -> dict:
 def _shape(shape: Any, label: str) -> list[int]:
     if not isinstance(shape, (list, tuple)):
         raise ValueError(f"{label}: shape must be a list of non-negative integers, got {shape!r}")
+    if len(shape) > MAX_RANK:
+        raise ValueError(f"{label}: shape has {len(shape):,} dimensions; a tensor has at most {MAX_RANK}")
     out = []
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, int):
@@ -492,7 +501,7 @@ def _file(body, ctx: _Ctx, label: str) -> dict:
         raise ValueError(f"{label}: {path_text!r} holds a tensor of {t.numel() * t.element_size():,} bytes, over "
                          f"the {cap:,}-byte limit on one input (casedb import --max-input-mb)")
     dtype = str(t.dtype).replace("torch.", "")
-    return {"blob": _store_blob(t, ctx), "shape": list(t.shape), "dtype": dtype, "path": path_text}
+    return {"blob": _store_blob(t, ctx), "shape": _shape(list(t.shape), label), "dtype": dtype, "path": path_text}
 
 
 def _load_tensor(f, torch):

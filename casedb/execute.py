@@ -32,7 +32,7 @@ import torch
 
 from casedb import dtypes, numerics, outcomes
 from casedb.compare import Comparison, compare, flat_chunks
-from casedb.materialize import Prepared, prepare, torch_dtype, upcast_caster
+from casedb.materialize import Prepared, prepare, result_leaves, torch_dtype, upcast_caster
 from casedb.ops import UnknownOpError, get_arg, op_info
 
 # The outcomes judge() gives (the others come from the runner: crashed, timeout, skipped ...).
@@ -217,20 +217,8 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _leaves(x):
-    """The tensors and Python scalars of a result (tuples, lists and dicts walked through)."""
-    if isinstance(x, (list, tuple)):
-        for i in x:
-            yield from _leaves(i)
-    elif isinstance(x, dict):
-        for i in x.values():
-            yield from _leaves(i)
-    else:
-        yield x
-
-
 def _dtypes(x, found: list) -> None:
-    for leaf in _leaves(x):
+    for leaf in result_leaves(x):
         name = (_dtype_name(leaf.dtype) if isinstance(leaf, torch.Tensor)
                 else "float64" if isinstance(leaf, float) else None)
         if name is not None and name not in found:
@@ -238,7 +226,7 @@ def _dtypes(x, found: list) -> None:
 
 
 def _tensors(x, found: list) -> None:
-    found += [t for t in _leaves(x) if isinstance(t, torch.Tensor) and t.numel() and t.layout == torch.strided]
+    found += [t for t in result_leaves(x) if isinstance(t, torch.Tensor) and t.numel() and t.layout == torch.strided]
 
 
 def _constant_kind(t: torch.Tensor, tol) -> str | None:
@@ -691,7 +679,7 @@ def _failure_stage(err: ErrorInfo, probe: "_Probe | None") -> str:
 
 
 def _devices(x, found: set) -> None:
-    found.update(t.device.type for t in _leaves(x) if isinstance(t, torch.Tensor))
+    found.update(t.device.type for t in result_leaves(x) if isinstance(t, torch.Tensor))
 
 
 def _check_exercised(ex: Execution, probe: "_Probe | None", out, dev: torch.device) -> None:

@@ -3,11 +3,13 @@
 What is written re-imports to the same signatures, names, descriptions, marks and tolerances:
 defaults go in ``default:``, and a case repeats a dtype, init or tolerance only where it differs
 from what the defaults give. ``init: data`` values are written inline; ``file:`` tensors are
-written as ``.pt`` files beside the manifest (``<stem>.files/<sha12>.pt``).
+written as ``.pt`` files beside the manifest (``<stem>.files/<sha12>.pt``, named by the sha256 of
+the blob's bytes, which must equal the DB's key for the blob: never a path taken from the DB).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from pathlib import Path
@@ -85,7 +87,7 @@ class _Writer:
             import torch
 
             out["init"] = "data"
-            values = blob_tensor(self.store.load_blob(t["blob"]), t["dtype"], t["shape"])
+            values = blob_tensor(self.blob(t["blob"])[0], t["dtype"], t["shape"])
             # Flat (the shape says how to fold it); bools as 0/1: a big mask stays a few lines.
             out["data"] = (values.to(torch.uint8) if t["dtype"] == "bool" else values).reshape(-1).tolist()
         else:
@@ -124,12 +126,25 @@ class _Writer:
 
         if self.out_path is None:
             raise ValueError("a case has file: inputs; export it with -o FILE so the .pt files can be written beside it")
+        data, sha = self.blob(f["blob"])
         folder = self.out_path.parent / f"{self.out_path.stem}.files"
         folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{f['blob'][:12]}.pt"
+        # named by the hash of the bytes, never by the DB's key: always a file of this folder
+        target = folder / f"{sha[:12]}.pt"
         if not target.exists():
-            torch.save(blob_tensor(self.store.load_blob(f["blob"]), f["dtype"], f["shape"]).clone(), target)
+            torch.save(blob_tensor(data, f["dtype"], f["shape"]).clone(), target)
         return str(target.relative_to(self.out_path.parent))
+
+    def blob(self, key) -> tuple[bytes, str]:
+        """The bytes of blob `key` and their sha256, which must be the key (a DB from elsewhere
+        may hold other bytes, or a path, under a key)."""
+        data = self.store.load_blob(key)
+        sha = hashlib.sha256(data).hexdigest()
+        if sha != key:
+            raise ValueError(f"blob {str(key)[:80]!r} of the DB does not hold the bytes it names (their sha256 is "
+                             f"{sha}): the DB was altered or damaged; export refuses it (re-import the model's "
+                             "manifest into a fresh DB)")
+        return data, sha
 
 
 def _value(v):

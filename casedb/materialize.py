@@ -170,7 +170,39 @@ def prepare(case: dict, *, load_blob: Callable[[str], bytes] | None = None) -> P
     """Generate a case's inputs on the CPU (see the module docstring for order and rules)."""
     gen = torch.Generator()
     gen.manual_seed(case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF)
-    b = _Builder(gen, case.get("dtype") or "float32", load_blob)
+    return _prepare(case, _Builder(gen, case.get("dtype") or "float32", load_blob))
+
+
+def output_numel(case: dict, fn: Callable) -> int | None:
+    """Elements the outputs of ``fn`` (the case's op) hold, from a call on fake tensors (sizes,
+    no memory, no values): a factory op (``torch.full([20000, 20000], 1.0)``) or a broadcast
+    makes far more than its inputs hold. None when fake tensors cannot tell (an op without a
+    fake kernel, an output whose size depends on values)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        # every tensor made in the mode is fake, a factory's explicit device="cpu" included
+        with FakeTensorMode(), torch.no_grad():
+            args, kwargs = _prepare(case, _ShapeBuilder(None, case.get("dtype") or "float32", None)).place("cpu")
+            out = fn(*args, **kwargs)
+            return sum(t.numel() for t in result_leaves(out) if isinstance(t, torch.Tensor))
+    except Exception:  # whatever the op raises on fake tensors: the size is unknown
+        return None
+
+
+def result_leaves(x):
+    """The tensors and Python scalars of a result (tuples, lists and dicts walked through)."""
+    if isinstance(x, (list, tuple)):
+        for i in x:
+            yield from result_leaves(i)
+    elif isinstance(x, dict):
+        for i in x.values():
+            yield from result_leaves(i)
+    else:
+        yield x
+
+
+def _prepare(case: dict, b: "_Builder") -> Prepared:
     args = [b.input(spec, f"inputs[{i}]") for i, spec in enumerate(case.get("inputs") or ())]
     kwargs = {}
     attrs = case.get("attrs") or {}
@@ -318,6 +350,14 @@ class _Builder:
             raise MaterializeError(f"{label}: unknown init {init!r}; known: {', '.join(sorted(_GEN))}, data")
         source.update(init=init, init_args=spec.get("init_args") or {})
         return make(shape, dtype, source["init_args"], self.gen)
+
+
+class _ShapeBuilder(_Builder):
+    """Uninitialized tensors of the case's shapes and dtypes (for :func:`output_numel`, in a
+    fake tensor mode: sizes only)."""
+
+    def generate(self, spec: dict, dtype: torch.dtype, label: str, source: dict) -> torch.Tensor:
+        return torch.empty(tuple(spec.get("shape") or ()), dtype=dtype)
 
 
 # ------------------------------------------------------------------------------------ generators

@@ -15,6 +15,15 @@
 :func:`op_info` adds the classification the executor needs: which arguments the op writes
 (in-place ops, ``out=``, ``inplace=True``) and whether its output is random or uninitialized
 (compare metadata only). Both are cached per name.
+
+What a case may call is an allow-list, checked when a manifest is imported (:func:`refuse_unsafe`)
+and again when a run resolves the op (:func:`op_info`; a refused op is the case's ``resolve``
+error, never called): torch functions that ``torch.overrides`` lists, torch's ATen bindings and
+the factories of :data:`EXTRA_TORCH_FUNCTIONS`; Tensor methods (private ones only when
+overridable); Python operators of :data:`OPERATOR_NAMES`; dispatcher operators under the rule of
+:mod:`casedb.dispatcher` (aten and prims, and namespaces an ``--import`` module registered; no
+op that reaches files, processes or process-wide state). :data:`DENIED` and the dispatcher's name
+rule (``file``/``save``/``load``/``seed``, ``set_``) hold for every spelling.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Any, Callable
 
 import torch
 
+from casedb import dispatcher
 from casedb.casespec import normalize_op
 
 
@@ -266,15 +276,24 @@ def _is_aten_binding(fn, base: str) -> bool:
 
 def _check_allowed(name: str, fn, kind: str, base: str, path: str) -> None:
     if kind in ("overload", "packet"):
-        return  # dispatcher operators (aten, prims, custom libraries a run imported)
+        # dispatcher operators: casedb.dispatcher's rule (namespaces, names, schemas)
+        ns, op = path.split(".")[2:4]
+        why = dispatcher.refusal(fn, ns, op, _schemas(fn))
+        if why:
+            raise UnsafeOpError(f"op {name!r} is not a tensor operation casedb runs: {why}")
+        return
     if base in DENIED:
         ok = False
+    elif path in EXTRA_TORCH_FUNCTIONS:
+        ok = True  # reviewed one by one (torch.set_grad_enabled: a context the RFC's tracer records)
+    elif dispatcher.denied_name(base):
+        ok = False  # the dispatcher's name rule holds for every spelling (torch.Tensor.set_)
     elif kind == "operator":
         ok = base in OPERATOR_NAMES or base in _OPERATOR_SHIMS
     elif kind == "method":
         ok = not base.startswith("_") or fn in _overridable()
     else:
-        ok = fn in _overridable() or _is_aten_binding(fn, base) or path in EXTRA_TORCH_FUNCTIONS
+        ok = fn in _overridable() or _is_aten_binding(fn, base)
     if not ok:
         raise UnsafeOpError(f"op {name!r} is not a tensor operation casedb runs: ops are torch functions and Tensor "
                             "methods (those torch.overrides lists, torch's ATen bindings and factories), "

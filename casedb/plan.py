@@ -58,7 +58,26 @@ class PlanItem:
 
     @property
     def numel(self) -> int:
+        """Elements the case's input tensors hold in all."""
         return sum(math.prod(t["shape"]) for t in marks_mod.iter_tensors(self.inputs, self.head["attrs"]))
+
+    def fits(self, max_numel: int) -> bool:
+        """True when the case's inputs hold at most `max_numel` elements in all, and its outputs
+        too: sized on fake tensors (:func:`casedb.materialize.output_numel`), as a factory op such
+        as ``torch.full([20000, 20000], 1.0)`` makes 4e8 elements from no input tensor."""
+        if self.numel > max_numel:
+            return False
+        from casedb.materialize import output_numel
+        from casedb.ops import UnknownOpError, op_info
+
+        try:
+            info = op_info(self.op)
+        except UnknownOpError:
+            return True  # the run gives the case its resolve error; nothing is called
+        if info.kind in ("overload", "packet") and not self.op.startswith(("torch.ops.aten.", "torch.ops.prims.")):
+            return True  # a library's op: its Python code is not called to size it
+        out = output_numel(self.case, info.fn)
+        return out is None or out <= max_numel
 
 
 def model_mark(name: str) -> str:

@@ -446,7 +446,7 @@ class Worker:
                 continue
             ok = ((default is None or default.matches(it.marks)) and op_matches(it.op, spec.op)
                   and in_shard(it.signature, shard) and (spec.max_numel is None or it.numel <= spec.max_numel)
-                  and self._triaged(item, it))
+                  and self._triaged(item, it) and (spec.max_numel is None or it.fits(spec.max_numel)))
             if ok and spec.limit is not None:
                 ok = taken < spec.limit
                 taken += ok

@@ -24,6 +24,20 @@ from casedb.errors import CasedbError
 
 SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
+# Bounds on how a run runs: each worker is a process holding torch (a few hundred MB), so far more
+# workers than CPUs only thrash (100000 hung the machine); a timeout beyond a week is a typo (and
+# pytest-timeout cannot arm 1e30 s).
+JOBS_PER_CPU = 4
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def max_jobs() -> int:
+    """The most --jobs a run takes here: JOBS_PER_CPU per CPU this process may use."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    return JOBS_PER_CPU * max(cpus, 1)
 
 
 def _joined(name: str, value: str) -> list[str]:
@@ -91,7 +105,8 @@ class RunSpec:
     shard: str | None = opt(None, Flag("Only slice I/N (stable by signature), e.g. 2/4.",
                                        cli=("--shard",), pytest="--casedb-shard", metavar="I/N"))
     max_numel: int | None = opt(None, Flag(
-        "Only cases whose inputs hold at most N elements in all (a device with little memory).",
+        "Only cases whose inputs hold at most N elements in all, and whose outputs too (sized on fake tensors: "
+        "a factory such as torch.full counts the tensor it makes; for a device with little memory).",
         cli=("--max-numel",), pytest="--casedb-max-numel", metavar="N"))
     triage: list = opt(None, Flag(
         "Triage file (YAML: expected status per case and target, tolerance rules; repeatable; default "
@@ -200,10 +215,17 @@ class RunSpec:
                 raise CasedbError(f"{(flag.cli or (flag.pytest,))[-1]} takes {', '.join(flag.choices)}, not {value!r}")
         if self.jobs < 0:
             raise CasedbError("--jobs must be 0 (in this process, no isolation) or more")
+        if self.jobs > max_jobs():
+            raise CasedbError(f"--jobs {self.jobs} is more than {max_jobs()} ({JOBS_PER_CPU} per CPU of this machine): "
+                              "each worker is a process holding torch; give fewer")
         if self.limit is not None and self.limit < 1:
             raise CasedbError("--limit must be at least 1")
-        if self.timeout is not None and self.timeout < 0:
-            raise CasedbError("--timeout must be >= 0 (0: none)")
+        if self.max_numel is not None and self.max_numel < 1:
+            raise CasedbError(f"--max-numel must be at least 1, not {self.max_numel}")
+        if self.threads is not None and self.threads < 1:
+            raise CasedbError(f"--casedb-threads must be at least 1, not {self.threads}")
+        if self.timeout is not None and not 0 <= self.timeout <= MAX_TIMEOUT:  # NaN fails both comparisons
+            raise CasedbError(f"--timeout takes seconds from 0 (none) to {MAX_TIMEOUT:g}, not {self.timeout!r}")
         parse_shard(self.shard)
         if self.markexpr:
             try:

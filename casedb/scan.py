@@ -71,8 +71,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from casedb import dtypes, valid_inputs
-from casedb.errors import InputError
+from casedb import dtypes, scan_config, valid_inputs
+from casedb.scan_config import ScanError
 
 SCAN_FORMAT = 1
 LEVELS = ("torch", "aten")
@@ -102,10 +102,6 @@ INPUT_DEFAULTS = {
 # Real values of a CPU (control) tensor are kept for the valid_inputs rules that read them
 # (valid_inputs.wants_values) when it is at most this big.
 MAX_CAPTURED_VALUES = 8192
-
-
-class ScanError(InputError):
-    """A recipe, config or model that cannot be scanned, with what to do about it."""
 
 
 # ----------------------------------------------------------------------------------- recipes
@@ -214,11 +210,8 @@ def _recipe_from_config(path: Path, arch: str | None) -> Recipe:
     if not path.exists():
         raise ScanError("config file not found", where=str(path))
     if not arch:
-        try:
-            arch = (json.loads(path.read_text(encoding="utf-8")).get("architectures") or [None])[0]
-        except (OSError, ValueError) as e:
-            raise ScanError(f"cannot read config: {e}", where=str(path)) from None
-        if not arch:
+        arch = (scan_config.check(path).get("architectures") or [None])[0]
+        if not arch or not isinstance(arch, str):
             raise ScanError("config.json has no 'architectures'; give the model class with --arch", where=str(path))
     recipe = Recipe(model=path.stem, config=path, arch=arch, inputs={}, source=_display_path(path))
     recipe.inputs = dict(INPUT_DEFAULTS[recipe.kind])
@@ -406,6 +399,7 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
             raise ScanError(f"{recipe.model} has no path {path!r}; its paths: {', '.join(p.name for p in paths)}",
                             where=recipe.source)
         paths = chosen
+    doc = scan_config.check(recipe.config)  # before transformers reads it
 
     import transformers
 
@@ -415,7 +409,7 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
         path_started = time.perf_counter()
         key = (p.attention, p.experts)
         if key not in models:
-            models[key] = _build(recipe, p)
+            models[key] = _build(recipe, p, doc)
         model = models[key]
         # The eager experts loop over the experts a routing hits: it needs real routing values.
         recorder = _Recorder(level, recipe.model, balanced_routing=p.experts == "eager")
@@ -481,24 +475,24 @@ def _union(runs: list[tuple[str, list[dict]]], provenance: bool) -> list[dict]:
     return list(merged.values())
 
 
-def _build(recipe: Recipe, path: "ScanPath | None" = None):
+def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = None):
     """The model at full size on the meta device, in eval mode, in the recipe's dtype, with the
-    path's attention and expert implementations."""
+    path's attention and expert implementations. No code of the config runs (trust_remote_code
+    is off, stdin closed to any prompt) and the model's size is bounded (casedb.scan_config)."""
     import transformers
 
     transformers.logging.set_verbosity_error()
+    doc = scan_config.check(recipe.config) if doc is None else doc
     try:
-        config = transformers.AutoConfig.from_pretrained(str(recipe.config))
+        with _no_stdin():
+            config = transformers.AutoConfig.from_pretrained(str(recipe.config), trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:
         raise ScanError(f"cannot load the config with transformers {transformers.__version__}: {e}",
                         where=str(recipe.config)) from None
     # mxfp4 quantization needs kernels and real weights; on the meta device it would change nothing.
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    cls = getattr(transformers, recipe.arch, None)
-    if cls is None:
-        raise ScanError(f"transformers {transformers.__version__} has no model class {recipe.arch!r}; "
-                        "fix 'arch' in the recipe (or --arch)", where=recipe.source)
+    cls = _model_class(recipe)
     dtype = getattr(torch, dtypes.canonical(recipe.dtype))
     kwargs = {}
     if path is not None and path.attention:
@@ -509,12 +503,44 @@ def _build(recipe: Recipe, path: "ScanPath | None" = None):
                             where=recipe.source)
         kwargs["experts_implementation"] = path.experts
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _no_stdin():
             # what the Auto classes' from_config calls: sets the dtype and attention implementation
             model = cls._from_config(config, dtype=dtype, **kwargs)
     except (ValueError, ImportError) as e:
         raise ScanError(f"path {path.name}: {e}" if path else str(e), where=recipe.source) from None
+    scan_config.check_parameters(model, doc, str(scan_config.path_of(recipe.config)))
     return model.eval()
+
+
+def _model_class(recipe: Recipe):
+    """The transformers model class the recipe names (an Auto class or a helper is not one)."""
+    import transformers
+
+    try:
+        cls = getattr(transformers, recipe.arch, None)
+    except Exception:  # transformers' lazy module raises what a failed import of the name raised
+        cls = None
+    if cls is None:
+        raise ScanError(f"transformers {transformers.__version__} has no model class {recipe.arch!r}; "
+                        "fix 'arch' in the recipe (or --arch)", where=recipe.source)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        raise ScanError(f"{recipe.arch!r} is not a model class (an Auto class picks one from a config; a scan builds "
+                        "the class itself): give the model's own class, e.g. LlamaForCausalLM, in 'arch' (or --arch) "
+                        "or the config's architectures", where=recipe.source)
+    return cls
+
+
+@contextlib.contextmanager
+def _no_stdin():
+    """stdin at end of file while transformers runs: nothing it asks (run the config's code?) is
+    ever answered from casedb's stdin."""
+    saved = sys.stdin
+    with open(os.devnull, encoding="utf-8") as empty:
+        sys.stdin = empty
+        try:
+            yield
+        finally:
+            sys.stdin = saved
 
 
 @contextlib.contextmanager

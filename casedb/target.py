@@ -68,7 +68,17 @@ def _local_file(name: str) -> Path | None:
 
 
 def import_module(name: str):
-    """Import a module by name, or a ``.py`` file by path (for ops registered in a local file)."""
+    """Import a module by name, or a ``.py`` file by path (for ops registered in a local file);
+    the op namespaces it registers become callable by cases (:func:`casedb.dispatcher.credit`)."""
+    from casedb import dispatcher
+
+    before = dispatcher.namespaces()
+    module = _import(name)
+    dispatcher.credit(module, dispatcher.namespaces() - before)
+    return module
+
+
+def _import(name: str):
     if not is_path(name) and (local := _local_file(name)) is not None:
         name = str(local)
     if is_path(name):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,14 +19,11 @@ SIG = "5eed" + "cd" * 30
 
 
 def load_custom_ops():
-    """tests/data/custom_ops.py, imported once (it registers ops and a dynamo backend)."""
-    name = "casedb_test_custom_ops"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, DATA / "custom_ops.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
+    """tests/data/custom_ops.py, imported once (it registers ops and a dynamo backend) as
+    --import imports it: cases may call the ops of a namespace an --import registered."""
+    from casedb.target import import_module
+
+    return import_module(str(DATA / "custom_ops.py"))
 
 
 def T(shape, dtype="float32", init="randn", **kw):
@@ -216,7 +212,8 @@ def test_custom_ops():
     assert ex.t_ref >= 0.2 and ex.t_exec >= 0.2 and judge(ex, rtol=0, atol=0).outcome == "passed"
     ex = run_case(case("torch.ops.casedb_test.wrong_on_device", T([4])))
     assert judge(ex, rtol=0, atol=0).outcome == "passed"  # right on the CPU
-    code = (f"import sys; sys.path.insert(0, {str(DATA)!r}); import custom_ops; from casedb.execute import run_case;"
+    code = (f"from casedb.target import import_module; import_module({str(DATA / 'custom_ops.py')!r}); "
+            "from casedb.execute import run_case;"
             "run_case({'signature': '0' * 64, 'op': 'torch.ops.casedb_test.abort',"
             "'inputs': [{'tensor': {'shape': [2], 'dtype': 'float32', 'init': 'zeros'}}]})")
     out = subprocess.run([sys.executable, "-c", code], cwd=DATA.parents[1], capture_output=True, timeout=300)
