@@ -17,6 +17,7 @@ from typing import Iterable
 import sqlite_utils
 
 from casedb import marks as marks_mod
+from casedb import schema_check
 from casedb.casespec import Normalized
 from casedb.errors import NotFound
 from casedb.migrations import migrations
@@ -37,14 +38,22 @@ def db_path(path: str | os.PathLike | None = None) -> Path:
 
 
 def connect(path: str | os.PathLike) -> sqlite3.Connection:
-    """A connection to a casedb file, as every process opens one: explicit transactions, foreign
+    """A connection to a casedb file, as every process opens one: its schema checked to be
+    casedb's (:mod:`casedb.schema_check`), explicit transactions, foreign
     keys, a long busy timeout (runs, imports and shards write concurrently) and NORMAL sync in
     WAL mode (a commit survives SIGKILL of the process, not a power cut; an fsync per recorded
     case would dominate small cases)."""
     conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        # before anything reads or writes it: the file may come from elsewhere, and its
+        # triggers and views would run inside casedb
+        schema_check.check(conn, str(path))
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
