@@ -198,15 +198,16 @@ class Store:
 
     def _retire_others(self, model: str, keep: set, stamp: str) -> tuple[int, int]:
         """Retire `model`'s current occurrences not named in `keep`; delete those of them that no
-        result or judgement refers to. Returns (retired, deleted)."""
+        result or judgement refers to, unless a run is in progress (it may judge any of them
+        next). Returns (retired, deleted)."""
         gone = [i for i, name in self.db.execute(
             "SELECT id, name FROM model_cases WHERE model = ? AND retired_at IS NULL", [model]) if name not in keep]
         for i in range(0, len(gone), 900):
             chunk = gone[i:i + 900]
             self.db.execute(f"UPDATE model_cases SET retired_at = ? WHERE id IN ({','.join('?' * len(chunk))})",
                             [stamp, *chunk])
-        if not gone:
-            return 0, 0
+        if not gone or self.db.execute("SELECT 1 FROM runs WHERE status = 'running' LIMIT 1").fetchone():
+            return len(gone), 0
         # One pass over each history table (no index on results.model_case_id).
         deleted = self.db.execute(
             """DELETE FROM model_cases WHERE model = ? AND retired_at = ?
