@@ -107,12 +107,14 @@ class ModelInfo:
 class Store:
     """An open casedb database."""
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_DB):
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, *, wal: bool = True):
+        """``wal``: switch the file to WAL mode (what concurrent runs need); a reader that must
+        leave the file as it is (``casedb serve``) passes False."""
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite_utils.Database(connect(self.path))
-        if self.db.journal_mode != "wal":
+        if wal and self.db.journal_mode != "wal":
             self.db.enable_wal()
         if migrations.pending(self.db):
             migrations.apply(self.db)
@@ -387,12 +389,12 @@ def decode_occurrence(r: dict) -> dict:
     return r
 
 
-def open_store(path: str | os.PathLike | None = None) -> Store:
+def open_store(path: str | os.PathLike | None = None, *, wal: bool = True) -> Store:
     """Open the DB at `path` (default data/casedb.sqlite). A new default DB is filled from the
     shipped manifests, so `casedb run --model granite4h` works on a fresh clone."""
     path = db_path(path)
     fresh = not path.exists()
-    store = Store(path)
+    store = Store(path, wal=wal)
     if fresh and path.resolve() == DEFAULT_DB.resolve():
         seed_from_manifests(store)
     return store
