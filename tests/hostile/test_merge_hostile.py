@@ -239,8 +239,8 @@ def test_a_forged_claim_does_not_make_the_real_shard_be_skipped(claim, shard, tm
     # and once it is there, it is there: merging it again copies nothing
     again = run_casedb(into, "merge", shard, "--json", timeout=120)
     assert json.loads(again.stdout)["sources"][0]["runs_already_merged"] == 1
-    for cost in (first, real, again):
-        assert cost.rss_mib <= REFUSED_RSS_MIB and cost.s <= baseline.s + 5, (cost, baseline)
+    for cost in (first, real, again):  # what a merge of the real shard alone costs, give or take 5 s
+        assert cost.rss_mib <= REFUSED_RSS_MIB and cost.cpu_s <= baseline.cpu_s + 5, (cost, baseline)
     assert sum(p.stat().st_size for p in folder.iterdir()) < 4 * shard.stat().st_size
 
 
