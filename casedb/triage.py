@@ -98,7 +98,7 @@ from typing import Iterable
 
 import yaml
 
-from casedb import dtypes, marks as marks_mod, numerics, outcomes
+from casedb import dtypes, marks as marks_mod, numerics, outcomes, schema_check
 from casedb.errors import InputError, NotFound
 
 VERSION = 1
@@ -718,6 +718,11 @@ class _Reading:
             raise NotFound(f"no database at {path}")
         # read-write but only read: a read-only connection leaves a WAL database's -wal/-shm behind
         self.conn = sqlite3.connect(path.resolve().as_uri() + "?mode=rw", uri=True)
+        try:
+            schema_check.check(self.conn, str(path))  # its views and triggers may be anyone's
+        except BaseException:
+            self.conn.close()
+            raise
         return self.conn
 
     def __exit__(self, *exc):

@@ -72,6 +72,17 @@ def test_a_foreign_trigger_refuses_the_file_for_every_command(command, cli, own,
     assert snapshot(own.parent) == before
 
 
+def test_a_database_given_by_path_to_the_library_is_checked_too(own, tmp_path):
+    from casedb import triage
+    from casedb.schema_check import UnusableDatabase
+
+    sql(own, FLIP)
+    triage_file = tmp_path / "triage.yaml"
+    triage_file.write_text("version: 1\ncases:\n  - {model: model_a, status: expected_pass}\n", encoding="utf-8")
+    with pytest.raises(UnusableDatabase, match="trigger 'flip' on 'judgements' is not casedb's"):
+        triage.check([triage_file], own)
+
+
 def test_a_redefined_verdicts_view_is_refused_not_printed(cli, own):
     view = rows(own, "SELECT sql FROM sqlite_master WHERE name = 'verdicts'")[0]["sql"]
     assert "'casedb repro '" in view
