@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests import runs_data
-from tests.conftest import rows
+from tests.conftest import rows, write_sql
 from tests.hostile.bounded import REFUSED_RSS_MIB, refused_within_bounds, run_casedb, snapshot
 
 pytestmark = pytest.mark.timeout(600)
@@ -51,17 +50,6 @@ OUTCOMES = {("toy", "add_a"): ("passed", 1e-6), ("toy", "mul_b"): ("failed", 0.5
 SHARD_UID = "0123456789abcdef0123456789abcdef"
 
 
-def sql(db: Path, *statements: str) -> None:
-    """Write to a database the way a hand with sqlite3 would (foreign keys off, no casedb)."""
-    con = sqlite3.connect(db)
-    try:
-        for s in statements:
-            con.execute(s)
-        con.commit()
-    finally:
-        con.close()
-
-
 def sig_of(db: Path, name: str) -> str:
     return rows(db, "SELECT signature FROM model_cases WHERE name = ?", [name])[0]["signature"]
 
@@ -79,7 +67,7 @@ def shard(cli, tmp_path, manifest) -> Path:
     db = tmp_path / "shard.db"
     assert cli("import", manifest, db=db).exit_code == 0
     run_id = runs_data.record_run(db, OUTCOMES)
-    sql(db, f"UPDATE runs SET uid = '{SHARD_UID}' WHERE id = {run_id}")
+    write_sql(db, f"UPDATE runs SET uid = '{SHARD_UID}' WHERE id = {run_id}")
     return db
 
 
@@ -96,7 +84,7 @@ def target(cli, tmp_path) -> Path:
 def forged(shard: Path, tmp_path: Path, *statements: str, name: str = "forged.db") -> Path:
     path = tmp_path / name
     shutil.copy(shard, path)
-    sql(path, *statements)
+    write_sql(path, *statements)
     return path
 
 
@@ -186,7 +174,7 @@ HOSTILE_SOURCES = {
     "not a database": (lambda path: path.write_bytes(os.urandom(180_000)), "is not an SQLite database casedb can read"),
     "a text file": (lambda path: path.write_text("model: toy\ncases: []\n" * 1000), "is not an SQLite database"),
     "an empty file": (lambda path: path.write_bytes(b""), "is empty: not a casedb database"),
-    "a foreign SQLite file": (lambda path: sql(path, "CREATE TABLE notes (x)", "INSERT INTO notes VALUES (1)"),
+    "a foreign SQLite file": (lambda path: write_sql(path, "CREATE TABLE notes (x)", "INSERT INTO notes VALUES (1)"),
                               "is an SQLite database but not casedb's (it has notes"),
 }
 
@@ -246,7 +234,7 @@ def test_a_forged_claim_does_not_make_the_real_shard_be_skipped(claim, shard, tm
 
 def test_a_malformed_merged_from_in_the_target_does_not_fail_later_merges(cli, shard, target):
     # what a merge of a forged file before casedb checked its sources left in the target
-    sql(target, "INSERT INTO runs (uid, started_at, status, selection) VALUES "
+    write_sql(target, "INSERT INTO runs (uid, started_at, status, selection) VALUES "
                 "('old', '2025-01-01T00:00:00+00:00', 'finished', '{\"merged_from\": [\"x\", 1, {\"uid\": 5}]}')")
     cost = run_casedb(target, "merge", shard, "--json", timeout=120)
     assert cost.rc == 0, cost.stderr

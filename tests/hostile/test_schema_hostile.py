@@ -15,20 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests import runs_data
-from tests.conftest import rows
+from tests.conftest import rows, write_sql
 from tests.hostile.bounded import refused_within_bounds, run_casedb, snapshot
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def sql(db: Path, *statements: str) -> None:
-    con = sqlite3.connect(db)
-    try:
-        for s in statements:
-            con.execute(s)
-        con.commit()
-    finally:
-        con.close()
 
 
 @pytest.fixture
@@ -56,7 +46,7 @@ COMMANDS = {
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_foreign_trigger_refuses_the_file_for_every_command(command, cli, own, tmp_path):
-    sql(own, FLIP)
+    write_sql(own, FLIP)
     shard = tmp_path / "shard" / "shard.db"
     if command == "merge into it":
         shard.parent.mkdir()
@@ -76,7 +66,7 @@ def test_a_database_given_by_path_to_the_library_is_checked_too(own, tmp_path):
     from casedb import triage
     from casedb.schema_check import UnusableDatabase
 
-    sql(own, FLIP)
+    write_sql(own, FLIP)
     triage_file = tmp_path / "triage.yaml"
     triage_file.write_text("version: 1\ncases:\n  - {model: model_a, status: expected_pass}\n", encoding="utf-8")
     with pytest.raises(UnusableDatabase, match="trigger 'flip' on 'judgements' is not casedb's"):
@@ -86,20 +76,20 @@ def test_a_database_given_by_path_to_the_library_is_checked_too(own, tmp_path):
 def test_a_redefined_verdicts_view_is_refused_not_printed(cli, own):
     view = rows(own, "SELECT sql FROM sqlite_master WHERE name = 'verdicts'")[0]["sql"]
     assert "'casedb repro '" in view
-    sql(own, "DROP VIEW verdicts", view.replace("'casedb repro '", "'casedb repro $(touch pwned) '"))
+    write_sql(own, "DROP VIEW verdicts", view.replace("'casedb repro '", "'casedb repro $(touch pwned) '"))
     before = snapshot(own.parent)
     res = cli("report", "--markdown", db=own)
     assert res.exit_code == 2 and "$(touch" not in res.stdout
     assert "view 'verdicts' is not defined as casedb defines it" in " ".join(res.stderr.split())
     assert snapshot(own.parent) == before
-    sql(own, "DROP VIEW verdicts", view, "CREATE VIEW mine AS SELECT 1")  # a view of its own: refused too
+    write_sql(own, "DROP VIEW verdicts", view, "CREATE VIEW mine AS SELECT 1")  # a view of its own: refused too
     res = cli("report", db=own)
     assert res.exit_code == 2 and "view 'mine' is not casedb's" in " ".join(res.stderr.split())
 
 
 @pytest.mark.parametrize("command", [["report"], ["serve", "--port", "{port}"]])
 def test_runs_as_a_recursive_view_is_refused_quickly(command, own):
-    sql(own, "DROP TABLE runs", "CREATE VIEW runs AS WITH RECURSIVE r(id, device, backend) AS "
+    write_sql(own, "DROP TABLE runs", "CREATE VIEW runs AS WITH RECURSIVE r(id, device, backend) AS "
                                 "(SELECT 1, 'cpu', 'eager' UNION ALL SELECT id + 1, device, backend FROM r) SELECT * FROM r")
     before = snapshot(own.parent)
     cost = run_casedb(own, *[a.format(port=runs_data.free_port()) for a in command], timeout=30)
@@ -113,7 +103,7 @@ def test_files_that_are_not_casedb_s_are_refused_and_left_as_they_were(cli, tmp_
     res = cli("stats", db=junk)
     assert res.exit_code == 2 and "is not an SQLite database casedb can read" in res.stderr
     other = tmp_path / "other.db"
-    sql(other, "CREATE TABLE notes (x)")
+    write_sql(other, "CREATE TABLE notes (x)")
     before = snapshot(tmp_path)
     res = cli("stats", db=other)
     assert res.exit_code == 2 and "is an SQLite database but not casedb's (it has notes" in " ".join(res.stderr.split())
@@ -128,11 +118,11 @@ def test_an_older_casedb_s_views_are_accepted_while_a_migration_recreates_them(t
     db = tmp_path / "old.db"
     migrations.apply(sqlite_utils.Database(db), stop_before="m121_triage")
     older = REPORT_VIEWS["latest_runs"].replace("max(id)", "max(id) /* as casedb 0.x wrote it */")
-    sql(db, "DROP VIEW latest_runs", f"CREATE VIEW latest_runs AS {older}", "CREATE TABLE my_notes (x)")
+    write_sql(db, "DROP VIEW latest_runs", f"CREATE VIEW latest_runs AS {older}", "CREATE TABLE my_notes (x)")
     assert cli("stats", db=db).exit_code == 0  # m121 is pending: it recreates every view
     assert rows(db, "SELECT sql FROM sqlite_master WHERE name = 'latest_runs'") == [
         {"sql": f"CREATE VIEW latest_runs AS {REPORT_VIEWS['latest_runs'].strip()}"}]
-    sql(db, "DROP VIEW latest_runs", f"CREATE VIEW latest_runs AS {older}")
+    write_sql(db, "DROP VIEW latest_runs", f"CREATE VIEW latest_runs AS {older}")
     res = cli("stats", db=db)  # nothing pending: the view is not casedb's
     assert res.exit_code == 2 and "view 'latest_runs' is not defined as casedb defines it" in res.stderr
 
