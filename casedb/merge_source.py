@@ -83,8 +83,9 @@ class Source:
             self.verify()
         except sqlite3.Error as e:
             self.close()
-            raise UnusableDatabase(f"{self.where}: cannot read it ({e}); a casedb database keeps every text value "
-                                   f"under {MAX_TEXT_BYTES >> 20} MiB") from None
+            hint = (f"; a casedb database keeps every text value under {MAX_TEXT_BYTES >> 20} MiB"
+                    if "too big" in str(e) else "")
+            raise UnusableDatabase(f"{self.where}: cannot read it ({e}){hint}") from None
         except BaseException:
             self.close()
             raise
@@ -95,9 +96,12 @@ class Source:
     def columns(self, table: str) -> list[str]:
         return [r[1] for r in self.conn.execute(f"PRAGMA main.table_info({table})")]
 
-    def refuse(self, problems: list[str], what: str) -> None:
+    def refuse(self, problems: list[str], what: str, total: int | None = None) -> None:
+        """UnusableDatabase naming the first problems (of ``total``, when more were counted than kept;
+        None: the query stopped at one past SHOWN)."""
         if problems:
-            more = f"; and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+            more = (("; and more" if len(problems) > SHOWN else "") if total is None
+                    else (f"; and {total - SHOWN} more" if total > SHOWN else ""))
             raise UnusableDatabase(f"{self.where}: {what}: {'; '.join(problems[:SHOWN])}{more}. Nothing was merged: "
                                    "the file was altered or not written by casedb; get it again from where it was made")
 
@@ -115,20 +119,22 @@ class Source:
                      for p in run_problems(*run)], "runs that are not what casedb records")
         self.refuse([p for name, defaults in self.conn.execute("SELECT name, defaults FROM models")
                      for p in defaults_problems(name, defaults)], "models whose defaults casedb would not import")
-        problems, referenced = [], set()
+        problems, bad, referenced = [], 0, set()
         for row in self.conn.execute("SELECT signature, op, inputs, attrs, seed, dtype FROM cases"):
             try:
                 referenced |= verified_case(*row)["blobs"]
             except ValueError as e:
-                problems.append(f"case {row[0]!r}: {e}")
-        self.refuse(problems, "cases whose stored content is not what their signature says")
-        problems, held = [], set()
+                bad += 1
+                problems += [f"case {row[0]!r}: {e}"][:SHOWN - len(problems)]  # kept: the first few
+        self.refuse(problems, "cases whose stored content is not what their signature says", bad)
+        problems, bad, held = [], 0, set()
         for rowid, sha, size in self.blob_rows():
             held.add(sha)
             problem = blob_problem(self.conn, rowid, sha, size)
             if problem:
-                problems.append(f"blob {sha!r}: {problem}")
-        self.refuse(problems, "blobs whose bytes are not what their key says")
+                bad += 1
+                problems += [f"blob {sha!r}: {problem}"][:SHOWN - len(problems)]
+        self.refuse(problems, "blobs whose bytes are not what their key says", bad)
         self.refuse([f"blob {sha}" for sha in sorted(referenced - held)], "cases whose blobs are missing")
 
     def blob_rows(self) -> Iterator[tuple[int, str, int]]:

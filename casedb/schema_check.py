@@ -83,12 +83,11 @@ def known_migrations() -> tuple[str, ...]:
     return tuple(m.name for m in migrations.pending(sqlite_utils.Database(memory=True)))
 
 
-def check(conn: sqlite3.Connection, where: str, *, schema: str = "main") -> tuple[str, ...]:
+def check(conn: sqlite3.Connection, where: str) -> tuple[str, ...]:
     """Refuse (UnusableDatabase, naming each object) a database whose schema is not casedb's;
-    returns the migrations it has applied (empty for a new, empty file). ``schema``: the name an
-    attached database goes by."""
+    returns the migrations it has applied (empty for a new, empty file)."""
     try:
-        objects = conn.execute(f"SELECT type, name, tbl_name, sql FROM {schema}.sqlite_master LIMIT ?",
+        objects = conn.execute("SELECT type, name, tbl_name, sql FROM main.sqlite_master LIMIT ?",
                                [MAX_OBJECTS + 1]).fetchall()
     except sqlite3.DatabaseError as e:
         raise UnusableDatabase(f"{where} is not an SQLite database casedb can read ({e})") from None
@@ -101,26 +100,27 @@ def check(conn: sqlite3.Connection, where: str, *, schema: str = "main") -> tupl
         tables = sorted(n for n, (k, _, _) in actual.items() if k == "table")[:5]
         raise UnusableDatabase(f"{where} is an SQLite database but not casedb's (it has {', '.join(tables) or 'no tables'}"
                                " and no casedb schema); give casedb a new file or one casedb made")
-    applied = _applied(conn, schema, where, actual[MIGRATIONS_TABLE])
-    problems = _compare(actual, reference(applied), set(reference(known_migrations())),
+    applied = _applied(conn, where, actual[MIGRATIONS_TABLE])
+    problems = _compare(actual, reference(applied), {n.lower() for n in reference(known_migrations())},
                         views_recreated=_views_recreated(applied))
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
         raise UnusableDatabase(
-            f"{where}: its schema is not casedb's: {shown}. casedb never uses a database whose triggers, views or "
-            "tables it did not create (the file may come from elsewhere: they would run inside casedb); "
-            "ask for the file again from a casedb that made it, or remove those objects yourself if you trust it")
+            f"{where}: its schema is not casedb's: {shown}. casedb never uses a database with triggers, views or "
+            "indexes it did not create, or with its own objects defined otherwise (the file may come from "
+            "elsewhere: they would run inside casedb); ask for the file again from a casedb that made it, or "
+            "remove those objects yourself if you trust it")
     return applied
 
 
-def _applied(conn, schema: str, where: str, table_def) -> tuple[str, ...]:
+def _applied(conn, where: str, table_def) -> tuple[str, ...]:
     """The casedb migrations the file records, checked to be a prefix of casedb's own."""
     want = reference(())[MIGRATIONS_TABLE]
     if table_def != want:
         raise UnusableDatabase(f"{where}: its {MIGRATIONS_TABLE} is not the table casedb makes ({table_def[0]} "
                                f"{table_def[2]!r}); not a casedb database")
     known = known_migrations()
-    rows = conn.execute(f"SELECT name FROM {schema}.{MIGRATIONS_TABLE} WHERE migration_set = 'casedb' "
+    rows = conn.execute(f"SELECT name FROM main.{MIGRATIONS_TABLE} WHERE migration_set = 'casedb' "
                         "ORDER BY rowid LIMIT ?", [len(known) + 1]).fetchall()
     applied = tuple(str(r[0]) for r in rows)
     if applied != known[:len(applied)]:
@@ -140,6 +140,8 @@ def _views_recreated(applied: tuple[str, ...]) -> bool:
 
 
 def _compare(actual: dict, expected: dict, casedb_names: set, *, views_recreated: bool) -> list[str]:
+    """What differs between the file's objects and casedb's at its level (``casedb_names``: every
+    name casedb makes at any level, lower case: SQLite's names are case-insensitive)."""
     problems = []
     for name, (kind, table, sql) in actual.items():
         want = expected.get(name)
@@ -161,12 +163,12 @@ def _own_table(name: str, kind: str, table: str, sql: str | None, actual: dict, 
     """A plain table of the user's own (casedb never reads it), its indexes, or SQLite's own."""
     if name in SQLITE_OWN:
         return kind == "table"
-    if name in casedb_names or name.lower().startswith("sqlite_") and kind != "index":
+    if name.lower() in casedb_names or name.lower().startswith("sqlite_") and kind != "index":
         return False
     if kind == "table":
         return (sql or "").upper().startswith("CREATE TABLE")
     if kind == "index":
         owner = actual.get(table)
-        return table not in casedb_names and owner is not None and owner[0] == "table" \
+        return table.lower() not in casedb_names and owner is not None and owner[0] == "table" \
             and _own_table(table, "table", table, owner[2], actual, casedb_names)
     return False
