@@ -39,6 +39,15 @@ def normalized(sql: str | None) -> str | None:
     (``"name"``, ``[name]``) as the bare name, any run of whitespace as one space."""
     if sql is None:
         return None
+    return _normalized(sql) if len(sql) <= 1 << 16 else _normalize(sql)
+
+
+@lru_cache(maxsize=4096)  # every connection reads the same texts (casedb's are a few KB each)
+def _normalized(sql: str) -> str:
+    return _normalize(sql)
+
+
+def _normalize(sql: str) -> str:
     out = []
     for m in _TOKEN.finditer(sql):
         tok = m.group()

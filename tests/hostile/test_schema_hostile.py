@@ -153,3 +153,18 @@ def test_control_characters_from_the_database_are_printed_escaped(command, cli, 
     assert res.exit_code in (0, 2), out
     assert not {"\x1b", "\x9b", "\x07"} & set(out), repr(out)
     assert "\\x1b" in out
+
+
+def test_sql_is_compared_token_by_token_literals_exact(cli, own):
+    """Quoting a plain name is no change (older sqlite-utils wrote [name]); text inside a string
+    literal, or a quoted name that is not one identifier (a string in SQLite's eyes), is."""
+    from casedb.schema_check import normalized
+
+    view = "CREATE VIEW v AS SELECT max(id) AS run_id, device FROM runs WHERE x GLOB '*[^a-z]*'"
+    assert normalized(view.replace("max(id)", 'max("id")').replace("FROM runs", "FROM  [runs]")) == normalized(view)
+    assert normalized(view.replace("[^a-z]", "^a-z")) != normalized(view)
+    assert normalized(view.replace("device", '"runs.device"')) != normalized(view.replace("device", "runs.device"))
+    requoted = ('CREATE VIEW latest_runs AS SELECT max("id") AS run_id, [device], backend FROM "runs" '
+                "GROUP BY device, backend")
+    write_sql(own, "DROP VIEW latest_runs", requoted)
+    assert cli("stats", db=own).exit_code == 0
