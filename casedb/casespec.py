@@ -238,8 +238,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
         raise
     except RecursionError:
         raise InputError("nested too deeply to read; a case needs far fewer levels", where=where, case=name) from None
-    tensors = list(marks_mod.iter_tensors(inputs, attrs))
-    computes = dtypes.promote_floating(t["dtype"] for t in tensors) or (tensors[0]["dtype"] if tensors else case_dtype)
+    computes = computed_dtype(inputs, attrs, case_dtype)
     derived = marks_mod.derive(inputs, attrs)
     # A derived mark written into a manifest (as `casedb export` does) is not a hand-written one.
     occ_marks = [m for m in occ_marks if m not in derived]
@@ -249,6 +248,13 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
         marks=occ_marks, declared_dtype=declared, rtol=rtol, atol=atol, skip_if=skip_if,
         expects_error=expects, xfail=xfail, blobs=ctx.blobs,
     )
+
+
+def computed_dtype(inputs: list, attrs: dict, case_dtype: str) -> str:
+    """The dtype a case computes in: its floating tensors' promotion, else its first tensor's,
+    else (no tensors) the case's own dtype."""
+    tensors = list(marks_mod.iter_tensors(inputs, attrs))
+    return dtypes.promote_floating(t["dtype"] for t in tensors) or (tensors[0]["dtype"] if tensors else case_dtype)
 
 
 # ----------------------------------------------------------------------------------- inputs

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from casedb import __version__
+from casedb.console import clean, terminal
 from casedb.errors import CasedbError
 
 app = typer.Typer(
@@ -24,9 +24,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Data (model and case names, messages) is printed as written: never read as Rich markup or
-# emoji codes (a case named "[/m]" is a name, not a closing tag).
-console = Console(markup=False, emoji=False)
-err_console = Console(stderr=True, markup=False, emoji=False)
+# emoji codes (a case named "[/m]" is a name, not a closing tag), never sent as control codes
+# (casedb.console.clean: a name from a database may hold ESC sequences).
+console = terminal()
+err_console = terminal(stderr=True)
 
 
 class State:
@@ -456,7 +457,7 @@ def report_cmd(
     if as_json:
         emit_json(data)
     elif markdown:
-        typer.echo(report.to_markdown(data, limit=limit))
+        typer.echo(clean(report.to_markdown(data, limit=limit)))
     else:
         report.print_report(data, console, limit=limit)
 

@@ -171,9 +171,27 @@ class Recorder:
     def record(self, item, payload: dict, *, duration: float | None = None,
                worker: str | None = None, test_id: str | None = None) -> bool:
         """Store a payload (casedb.target.execute_item's, or a lost_payload) in one transaction;
-        False when this run already has the item (exactly once)."""
-        stamp = now()
+        False when this run already has the item (exactly once). An occurrence deleted since the
+        run planned it (``import --replace`` in another process) is recorded without its link."""
         mcid = None if item.dedupe else item.occurrences[0]["model_case_id"]
+        try:
+            return self._record(item, payload, mcid, duration, worker, test_id)
+        except sqlite3.IntegrityError:
+            gone = self._deleted_occurrences([mcid, *(j["model_case_id"] for j in payload["judgements"])])
+            if not gone:
+                raise
+            payload = {**payload, "judgements": [{**j, "model_case_id": None} if j["model_case_id"] in gone else j
+                                                 for j in payload["judgements"]]}
+            return self._record(item, payload, None if mcid in gone else mcid, duration, worker, test_id)
+
+    def _deleted_occurrences(self, ids: list) -> set:
+        ids = [i for i in ids if i is not None]
+        found = {r[0] for r in self.conn.execute(
+            f"SELECT id FROM model_cases WHERE id IN ({', '.join('?' * len(ids))})", ids)} if ids else set()
+        return set(ids) - found
+
+    def _record(self, item, payload: dict, mcid, duration, worker, test_id) -> bool:
+        stamp = now()
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:

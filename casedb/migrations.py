@@ -7,6 +7,14 @@ from sqlite_utils import Migrations
 from casedb import outcomes
 
 migrations = Migrations("casedb")
+# The migrations that drop and recreate every report view (casedb.schema_check: while one is
+# pending, a file's views may be an older casedb's text).
+VIEW_MIGRATIONS: set[str] = set()
+
+
+def _recreates_views(fn):
+    VIEW_MIGRATIONS.add(fn.__name__)
+    return fn
 
 
 @migrations()
@@ -350,6 +358,7 @@ def _count_out(row: str) -> str:
 
 
 @migrations()
+@_recreates_views
 def m100_views(db):
     db["outcome_classes"].create(
         {"outcome": str, "verdict": str, "executed": int, "passed": int, "failing": int, "meaning": str},
@@ -397,6 +406,7 @@ def m004_retired_occurrences(db):
 
 
 @migrations()
+@_recreates_views
 def m110_quoted_repro(db):
     # The repro command names the case by signature prefix and shell-quotes every other word.
     _create_views(db)
@@ -423,6 +433,7 @@ def m111_own_tolerances(db):
 
 
 @migrations()
+@_recreates_views
 def m112_judging(db):
     # What a result was judged by and what it proves: the failure stage, the judge and where the
     # tolerance came from, the errors in ULPs, whether the reference could catch a bug at all
@@ -436,12 +447,14 @@ def m112_judging(db):
 
 
 @migrations()
+@_recreates_views
 def m120_blocking_views(db):
     # What blocks what: model_op_failures, model_blockers and op_blocking (casedb report, Datasette).
     _create_views(db)
 
 
 @migrations()
+@_recreates_views
 def m121_triage(db):
     # How each judgement reads under the triage files of its run (casedb.triage.verdict): known,
     # new, regression, expected, unspecified, not_supported; and the entry that said so.

@@ -221,7 +221,9 @@ def pytest_cmdline_main(config):
     try:
         _listing(config)
     except (CasedbError, ValueError) as e:
-        print(f"ERROR: {e}")
+        from casedb.console import clean
+
+        print(clean(f"ERROR: {e}"))
         return pytest.ExitCode.USAGE_ERROR
     return pytest.ExitCode.OK
 
@@ -249,6 +251,7 @@ def _db_arg(config) -> str | None:
 
 def _listing(config) -> None:
     from casedb import marks as marks_mod
+    from casedb.console import clean
     from casedb.plan import model_mark
     from casedb.store import open_store
 
@@ -258,12 +261,12 @@ def _listing(config) -> None:
     with open_store(_db_arg(config)) as store:
         if opt.casedb_list_models:
             for m in store.models():
-                print(f"{m['name']}: {m['cases']} cases ({m['unique_cases']} unique), {m['ops']} ops"
-                      f"{' — ' + m['source'] if m['source'] else ''}  [-m {model_mark(m['name'])}]")
+                print(clean(f"{m['name']}: {m['cases']} cases ({m['unique_cases']} unique), {m['ops']} ops"
+                            f"{' — ' + m['source'] if m['source'] else ''}  [-m {model_mark(m['name'])}]"))
         rows = store.occurrences(models) if (opt.casedb_list_cases or by_mark is not None) else []
     if opt.casedb_list_cases:
         for r in rows:
-            print(f"{r['model']}::{r['name']}::{r['op']} ({_manifest_path(r['source'])})")
+            print(clean(f"{r['model']}::{r['name']}::{r['op']} ({_manifest_path(r['source'])})"))
     if by_mark is not None:
         expr = by_mark
         if expr == _NO_EXPR:
@@ -274,7 +277,7 @@ def _listing(config) -> None:
         what = "excluded by" if excluded else "selected by"
         print(f"cases {what} -m {expr!r}:")
         for r in picked:
-            print(f"{r['model']}::{r['name']}::{r['op']} [{', '.join(r['marks'])}]")
+            print(clean(f"{r['model']}::{r['name']}::{r['op']} [{', '.join(r['marks'])}]"))
         counts: dict[str, int] = {}
         for r in picked:
             for m in r["marks"] or ["(no marks)"]:

@@ -319,7 +319,9 @@ def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    # Text, never markup: names and messages print as written
+    from casedb.console import text
+
+    # Text, never markup: names and messages print as written (control characters escaped)
     console.print(Text(_title(report), style="bold"), highlight=False)
     for s in sections(report, limit):
         if not s["rows"]:
@@ -337,5 +339,5 @@ def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
             # the first column names the row (case, model, op): keep it whole, fold the others
             table.add_column(h, overflow="fold", no_wrap=i == 0)
         for row in s["rows"]:
-            table.add_row(*(Text(str(v)) for v in row))
+            table.add_row(*(text(v) for v in row))
         console.print(table)

@@ -46,11 +46,12 @@ def load_metadata() -> dict:
 
 
 def prepare(db_path: str | os.PathLike | None) -> Path:
-    """Open the DB the way every command does (default path, migrations), fold the WAL into the
-    file, close it; returns the file to serve."""
+    """Open the DB the way every command does (default path, schema check, migrations), fold the
+    WAL into the file, close it; returns the file to serve. Its journal mode stays as it is: a
+    served file is not switched to WAL (nothing but a pending migration writes to it)."""
     from casedb.store import open_store
 
-    with open_store(db_path) as store:
+    with open_store(db_path, wal=False) as store:
         store.db.execute("PRAGMA busy_timeout = 1000")  # a run writing for longer: say so, do not wait
         busy, _, _ = store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         if busy:

@@ -17,6 +17,7 @@ from typing import Iterable
 import sqlite_utils
 
 from casedb import marks as marks_mod
+from casedb import schema_check
 from casedb.casespec import Normalized
 from casedb.errors import NotFound
 from casedb.migrations import migrations
@@ -37,14 +38,22 @@ def db_path(path: str | os.PathLike | None = None) -> Path:
 
 
 def connect(path: str | os.PathLike) -> sqlite3.Connection:
-    """A connection to a casedb file, as every process opens one: explicit transactions, foreign
+    """A connection to a casedb file, as every process opens one: its schema checked to be
+    casedb's (:mod:`casedb.schema_check`), explicit transactions, foreign
     keys, a long busy timeout (runs, imports and shards write concurrently) and NORMAL sync in
     WAL mode (a commit survives SIGKILL of the process, not a power cut; an fsync per recorded
     case would dominate small cases)."""
     conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        # before anything reads or writes it: the file may come from elsewhere, and its
+        # triggers and views would run inside casedb
+        schema_check.check(conn, str(path))
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -98,12 +107,14 @@ class ModelInfo:
 class Store:
     """An open casedb database."""
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_DB):
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, *, wal: bool = True):
+        """``wal``: switch the file to WAL mode (what concurrent runs need); a reader that must
+        leave the file as it is (``casedb serve``) passes False."""
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite_utils.Database(connect(self.path))
-        if self.db.journal_mode != "wal":
+        if wal and self.db.journal_mode != "wal":
             self.db.enable_wal()
         if migrations.pending(self.db):
             migrations.apply(self.db)
@@ -189,15 +200,16 @@ class Store:
 
     def _retire_others(self, model: str, keep: set, stamp: str) -> tuple[int, int]:
         """Retire `model`'s current occurrences not named in `keep`; delete those of them that no
-        result or judgement refers to. Returns (retired, deleted)."""
+        result or judgement refers to, unless a run is in progress (it may judge any of them
+        next). Returns (retired, deleted)."""
         gone = [i for i, name in self.db.execute(
             "SELECT id, name FROM model_cases WHERE model = ? AND retired_at IS NULL", [model]) if name not in keep]
         for i in range(0, len(gone), 900):
             chunk = gone[i:i + 900]
             self.db.execute(f"UPDATE model_cases SET retired_at = ? WHERE id IN ({','.join('?' * len(chunk))})",
                             [stamp, *chunk])
-        if not gone:
-            return 0, 0
+        if not gone or self.db.execute("SELECT 1 FROM runs WHERE status = 'running' LIMIT 1").fetchone():
+            return len(gone), 0
         # One pass over each history table (no index on results.model_case_id).
         deleted = self.db.execute(
             """DELETE FROM model_cases WHERE model = ? AND retired_at = ?
@@ -377,12 +389,12 @@ def decode_occurrence(r: dict) -> dict:
     return r
 
 
-def open_store(path: str | os.PathLike | None = None) -> Store:
+def open_store(path: str | os.PathLike | None = None, *, wal: bool = True) -> Store:
     """Open the DB at `path` (default data/casedb.sqlite). A new default DB is filled from the
     shipped manifests, so `casedb run --model granite4h` works on a fresh clone."""
     path = db_path(path)
     fresh = not path.exists()
-    store = Store(path)
+    store = Store(path, wal=wal)
     if fresh and path.resolve() == DEFAULT_DB.resolve():
         seed_from_manifests(store)
     return store

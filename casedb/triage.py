@@ -25,7 +25,7 @@ shell-style wildcards (``*``, ``?``, ``[abc]``), matched case-insensitively (mod
 everywhere: ``gpt_oss`` = ``gpt-oss``). It sets ``status`` (required): ``expected_pass``,
 ``known_failure``, ``not_supported``, ``exclude`` or ``unspecified`` (as if no entry selected
 the case), and optionally ``reason`` (free text, an issue link), ``stage`` (one of
-:data:`casedb.outcomes.STAGES`), ``rtol``/``atol`` and ``timeout`` (seconds).
+:data:`casedb.outcomes.STAGES`), ``rtol``/``atol`` and ``timeout`` (seconds, at most a week).
 
 **Which entry applies.** Of the entries that select a case on a target, the most specific wins,
 whole (its status, reason, stage and timeout). Specificity compares, in this order:
@@ -98,7 +98,7 @@ from typing import Iterable
 
 import yaml
 
-from casedb import dtypes, marks as marks_mod, numerics, outcomes
+from casedb import dtypes, marks as marks_mod, numerics, outcomes, schema_check
 from casedb.errors import InputError, NotFound
 
 VERSION = 1
@@ -106,6 +106,9 @@ STATUSES = ("expected_pass", "known_failure", "not_supported", "exclude", "unspe
 UNLISTED = ("unspecified", "expected_pass")
 CASE_KEYS = ("model", "name", "op", "signature", "dtype", "marks")
 TARGET_KEYS = ("device", "backend", "arch")
+# The longest time limit a triage entry may set, in seconds (a week): beyond what the time limit
+# of a process can hold, a limit is no limit (1e30 overflows the timer and stops the session).
+MAX_TIMEOUT = 7 * 24 * 3600
 SETTING_KEYS = ("status", "reason", "stage", "rtol", "atol", "timeout")
 ENTRY_KEYS = CASE_KEYS + TARGET_KEYS + SETTING_KEYS
 TOP_KEYS = ("version", "defaults", "tolerances", "cases")
@@ -467,14 +470,16 @@ def _check_pattern(key: str, value, where: str, problems: list) -> str | None:
     return text
 
 
-def _number(key: str, value, where: str, problems: list, *, positive: bool = False) -> float | None:
+def _number(key: str, value, where: str, problems: list, *, positive: bool = False,
+            most: float = math.inf) -> float | None:
     # YAML 1.1 reads 1e-3 (no dot) as text: accept text that is a number
     try:
         x = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):
         x = math.nan
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        problems.append(Problem(where, f"{key}: takes a number {'> 0' if positive else '>= 0'}, not {value!r}"))
+    if not math.isfinite(x) or x < 0 or (positive and x == 0) or x > most:
+        bound = f" and at most {most:g}" if math.isfinite(most) else ""
+        problems.append(Problem(where, f"{key}: takes a number {'> 0' if positive else '>= 0'}{bound}, not {value!r}"))
         return None
     return x
 
@@ -666,7 +671,8 @@ def _parse_entry(m: dict, f: _File, line, stop, order: int, problems: list) -> E
     nums = {}
     for k in ("rtol", "atol", "timeout"):
         if m.get(k) is not None:
-            nums[k] = _number(k, m[k], f.where(f.key_line(line, k, stop)), problems, positive=k == "timeout")
+            nums[k] = _number(k, m[k], f.where(f.key_line(line, k, stop)), problems, positive=k == "timeout",
+                              most=MAX_TIMEOUT if k == "timeout" else math.inf)
     if ("rtol" in nums or "atol" in nums) and "marks" in sel:
         problems.append(Problem(where, "rtol/atol on an entry that selects by marks cannot be applied",
                                 "select the cases by op, name, model, signature or dtype for a tolerance"))
@@ -712,6 +718,11 @@ class _Reading:
             raise NotFound(f"no database at {path}")
         # read-write but only read: a read-only connection leaves a WAL database's -wal/-shm behind
         self.conn = sqlite3.connect(path.resolve().as_uri() + "?mode=rw", uri=True)
+        try:
+            schema_check.check(self.conn, str(path))  # its views and triggers may be anyone's
+        except BaseException:
+            self.conn.close()
+            raise
         return self.conn
 
     def __exit__(self, *exc):
@@ -1247,6 +1258,11 @@ def import_rfc(paths, *, scope: dict | None = None) -> str:
       dtype); ``supported_ops[].force_xfail`` → known_failure for the op. Tests without a model
       tag (upstream PyTorch tests) are listed as not imported. Op names without a dot are
       ``torch.<name>``.
+
+    Every value is checked before it is written: a section that is not the mapping or list it
+    should be, a name or mode that is not text or holds a control character, a precision that is
+    not a number >= 0 is refused (InputError naming file:line); file paths in comments are written
+    with their control characters escaped.
     """
     scope = {k: v for k, v in (scope or {}).items() if v}
     cases: list[tuple[dict, str]] = []
@@ -1266,18 +1282,18 @@ def import_rfc(paths, *, scope: dict | None = None) -> str:
         else:
             raise InputError("not a file of the RFC implementation: expected skip_files.yaml (skip:, xfail:) or a "
                              "test-suite config (test_suite_config:)", where=str(path))
-    out = [f"# Imported by `casedb triage import` from {', '.join(sources)}.\n",
-           "# Review it (`casedb triage check`) before committing: see casedb/triage.py for the mapping.\n",
-           f"version: {VERSION}\n"]
+    out = _comment(f"Imported by `casedb triage import` from {', '.join(sources)}.", 0) + [
+        "# Review it (`casedb triage check`) before committing: see casedb/triage.py for the mapping.\n",
+        f"version: {VERSION}\n"]
     if unlisted and unlisted[0] == "expected_pass":
-        out += emit_comment(unlisted[1], 0) + ["defaults:\n", "  unlisted: expected_pass\n"]
+        out += _comment(unlisted[1], 0) + ["defaults:\n", "  unlisted: expected_pass\n"]
     if rules:
         out.append("tolerances:\n")
         for d, src in rules:
-            out += emit_comment(src, 2) + emit_entry({**d, **scope}, 2)
+            out += _comment(src, 2) + emit_entry({**d, **scope}, 2)
     out.append("cases:\n" if cases or (unlisted and unlisted[0] != "expected_pass") else "cases: []\n")
     if unlisted and unlisted[0] != "expected_pass":
-        out += emit_comment(unlisted[1], 2) + emit_entry({**scope, "status": unlisted[0], "reason": unlisted[1]}, 2)
+        out += _comment(unlisted[1], 2) + emit_entry({**scope, "status": unlisted[0], "reason": unlisted[1]}, 2)
     seen = set()
     for d, src in cases:
         key = tuple(sorted((k, str(v)) for k, v in d.items()))
@@ -1285,11 +1301,42 @@ def import_rfc(paths, *, scope: dict | None = None) -> str:
             continue
         seen.add(key)
         sel = {k: v for k, v in d.items() if k not in SETTING_KEYS}
-        out += emit_comment(src, 2) + emit_entry({**sel, **scope, **{k: v for k, v in d.items() if k in SETTING_KEYS}}, 2)
+        out += _comment(src, 2) + emit_entry({**sel, **scope, **{k: v for k, v in d.items() if k in SETTING_KEYS}}, 2)
     if notes:
         out.append("# Not imported:\n")
-        out += emit_comment("\n".join(notes), 0)
+        out += _comment("\n".join(notes), 0)
     return "".join(out)
+
+
+def _comment(text: str, indent: int) -> list[str]:
+    """Comment lines of text that names files and values from elsewhere (control characters
+    escaped: YAML refuses them even in a comment)."""
+    from casedb.console import clean
+
+    return emit_comment(clean(text), indent)
+
+
+def _line(obj, parent=None) -> int | None:
+    return getattr(obj, "line", None) or getattr(parent, "line", None)
+
+
+def _rfc(value, kind: type, what: str, f: _File, line: int | None):
+    """``value`` checked to be a ``kind`` (dict, list or str: text without control characters);
+    None is an empty one (no text). InputError naming file:line otherwise."""
+    if value is None and kind is not str:
+        return kind()
+    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, kind):
+        shown = {dict: "a mapping", list: "a list", str: "text"}[kind]
+        raise InputError(f"{what}: takes {shown}, not {str(value)[:60]!r}", where=f.where(line))
+    if kind is str:
+        from casedb.console import clean
+
+        if clean(value) != value or any(c in value for c in "\n\u2028\u2029"):
+            raise InputError(f"{what}: {clean(value)[:80]!r} holds a control character or line break; a name is "
+                             "one line of text", where=f.where(line))
+    return value
 
 
 def _import_skip_files(doc: dict, f: _File, cases: list, notes: list) -> None:
@@ -1301,15 +1348,15 @@ def _import_skip_files(doc: dict, f: _File, cases: list, notes: list) -> None:
         if isinstance(section, list):
             groups = [(f"listed under {kind} in {f.path.name}", section, f.top_line(kind))]
         elif isinstance(section, dict):
-            groups = [(str(reason), paths, f.key_line(f.top_line(kind), reason)) for reason, paths in section.items()]
+            groups = [(_rfc(reason, str, f"{kind}: a reason", f, f.top_line(kind)), paths,
+                       f.key_line(f.top_line(kind), reason)) for reason, paths in section.items()]
         else:
             raise InputError(f"{kind}: takes a list of test files or a mapping of reason to test files",
                              where=f.where(f.top_line(kind)))
         for reason, paths, line in groups:
-            if not isinstance(paths, list):
-                raise InputError(f"{kind}: {reason}: takes a list of test files", where=f.where(line))
-            for p in paths:
-                m = _SKIP_PATH.match(str(p).strip())
+            for p in _rfc(paths, list, f"{kind}: {reason}: the test files", f, line):
+                p = _rfc(p, str, f"{kind}: {reason}: a test file", f, line)
+                m = _SKIP_PATH.match(p.strip())
                 if not m:
                     notes.append(f"{f.where(line)}: {p} (not models/<model>/test_<case>.py)")
                     continue
@@ -1324,28 +1371,12 @@ def _op_name(name: str) -> str:
 
 
 def _import_config(cfg, f: _File, cases: list, rules: list, notes: list, unlisted):
-    where = f.where(getattr(cfg, "line", None))
-    if not isinstance(cfg, dict):
-        raise InputError("test_suite_config: takes a mapping (files, global)", where=where)
-    glob = cfg.get("global") or {}
-    for d in glob.get("supported_dtypes") or ():
-        prec = d.get("precision") if isinstance(d, dict) else None
-        if prec:
-            _rule(rules, notes, f, d, {"dtype": d.get("name")}, prec, "global.supported_dtypes")
-    for op in glob.get("supported_ops") or ():
-        if not isinstance(op, dict) or not op.get("name"):
-            continue
-        for d in op.get("dtypes") or ():
-            if isinstance(d, dict) and d.get("precision"):
-                _rule(rules, notes, f, d, {"op": _op_name(op["name"]), "dtype": d.get("name")}, d["precision"],
-                      "global.supported_ops")
-        if op.get("force_xfail"):
-            cases.append(({"op": _op_name(op["name"]), "status": "known_failure",
-                           "reason": f"force_xfail in {f.path.name}"}, f"{f.where(op.line)}: supported_ops: force_xfail"))
-    for entry in cfg.get("files") or ():
-        if not isinstance(entry, dict):
-            continue
-        mode = entry.get("unlisted_test_mode", "skip")
+    cfg = _rfc(cfg, dict, "test_suite_config", f, _line(cfg))
+    glob = _rfc(cfg.get("global"), dict, "global", f, _line(cfg.get("global"), cfg))
+    _import_global(glob, f, cases, rules, notes)
+    for entry in _rfc(cfg.get("files"), list, "files", f, _line(cfg.get("files"), cfg)):
+        entry = _rfc(entry, dict, "files: an entry", f, _line(entry, cfg))
+        mode = _rfc(entry.get("unlisted_test_mode", "skip"), str, "unlisted_test_mode", f, _line(entry))
         if mode not in _MODES:
             raise InputError(f"unlisted_test_mode: unknown mode {mode!r}", where=f.where(entry.line))
         src = f"unlisted_test_mode: {mode} ({f.where(f.key_line(entry.line, 'unlisted_test_mode'))})"
@@ -1353,53 +1384,84 @@ def _import_config(cfg, f: _File, cases: list, rules: list, notes: list, unliste
             unlisted = (_MODES[mode], src)
         elif unlisted[0] != _MODES[mode]:
             notes.append(f"{src}: differs from the first file's ({unlisted[1]})")
-        for test in entry.get("tests") or ():
-            if not isinstance(test, dict):
-                continue
-            models = [t[len("model__"):] for t in test.get("tags") or () if str(t).startswith("model__")]
-            names = ", ".join(map(str, test.get("names") or ()))
-            if not models:
-                notes.append(f"{f.where(test.line)}: {names} (an upstream test: no model__ tag)")
-                continue
-            mode = test.get("mode", "mandatory_success")
-            if mode not in _MODES:
-                raise InputError(f"mode: unknown mode {mode!r}", where=f.where(test.line))
-            edits = test.get("edits") or {}
-            for model in models:
-                cases.append(({"model": model, "status": _MODES[mode], "reason": f"mode: {mode} ({names})"},
-                              f"{f.where(test.line)}: {names}: mode {mode}"))
-                for item in ((edits.get("ops") or {}).get("exclude") or ()):
-                    if not isinstance(item, dict) or not item.get("name"):
-                        continue
-                    sel = {"model": model, "name": item["name"]} if item.get("op") else \
-                        {"model": model, "op": _op_name(item["name"])}
-                    cases.append(({**sel, "status": "exclude", "reason": item.get("description") or "edits.ops.exclude"},
-                                  f"{f.where(item.line)}: edits.ops.exclude"))
-                for item in ((edits.get("dtypes") or {}).get("exclude") or ()):
-                    name = item.get("name") if isinstance(item, dict) else None
-                    try:
-                        dt = dtypes.canonical(name)
-                    except dtypes.UnknownDtype:
-                        notes.append(f"{f.where(getattr(item, 'line', None))}: dtype {name!r} (unknown to casedb)")
-                        continue
-                    cases.append(({"model": model, "dtype": dt, "status": "exclude",
-                                   "reason": item.get("description") or "edits.dtypes.exclude"},
-                                  f"{f.where(item.line)}: edits.dtypes.exclude"))
+        for test in _rfc(entry.get("tests"), list, "tests", f, _line(entry.get("tests"), entry)):
+            _import_test(_rfc(test, dict, "tests: an entry", f, _line(test, entry)), f, cases, notes)
     return unlisted
 
 
+def _import_global(glob: dict, f: _File, cases: list, rules: list, notes: list) -> None:
+    for d in _rfc(glob.get("supported_dtypes"), list, "supported_dtypes", f, _line(glob)):
+        d = _rfc(d, dict, "supported_dtypes: an entry", f, _line(d, glob))
+        if d.get("precision"):
+            _rule(rules, notes, f, d, {"dtype": d.get("name")}, d["precision"], "global.supported_dtypes")
+    for op in _rfc(glob.get("supported_ops"), list, "supported_ops", f, _line(glob)):
+        op = _rfc(op, dict, "supported_ops: an entry", f, _line(op, glob))
+        name = _op_name(_rfc(op.get("name"), str, "supported_ops: name", f, _line(op)))
+        for d in _rfc(op.get("dtypes"), list, f"supported_ops: {name}: dtypes", f, _line(op)):
+            d = _rfc(d, dict, f"supported_ops: {name}: a dtype", f, _line(d, op))
+            if d.get("precision"):
+                _rule(rules, notes, f, d, {"op": name, "dtype": d.get("name")}, d["precision"], "global.supported_ops")
+        if op.get("force_xfail"):
+            cases.append(({"op": name, "status": "known_failure", "reason": f"force_xfail in {f.path.name}"},
+                          f"{f.where(op.line)}: supported_ops: force_xfail"))
+
+
+def _import_test(test: dict, f: _File, cases: list, notes: list) -> None:
+    """One test of a file's ``tests:``: an entry per ``model__`` tag, and its edits."""
+    tags = [_rfc(t, str, "tags: a tag", f, test.line) for t in _rfc(test.get("tags"), list, "tags", f, test.line)]
+    models = [t[len("model__"):] for t in tags if t.startswith("model__")]
+    names = ", ".join(_rfc(n, str, "names: a name", f, test.line)
+                      for n in _rfc(test.get("names"), list, "names", f, test.line))
+    if not models:
+        notes.append(f"{f.where(test.line)}: {names} (an upstream test: no model__ tag)")
+        return
+    mode = _rfc(test.get("mode", "mandatory_success"), str, "mode", f, test.line)
+    if mode not in _MODES:
+        raise InputError(f"mode: unknown mode {mode!r}", where=f.where(test.line))
+    edits = _rfc(test.get("edits"), dict, "edits", f, test.line)
+    ops = _rfc(_rfc(edits.get("ops"), dict, "edits: ops", f, test.line).get("exclude"), list, "ops: exclude", f,
+               test.line)
+    dts = _rfc(_rfc(edits.get("dtypes"), dict, "edits: dtypes", f, test.line).get("exclude"), list,
+               "dtypes: exclude", f, test.line)
+    for model in models:
+        cases.append(({"model": model, "status": _MODES[mode], "reason": f"mode: {mode} ({names})"},
+                      f"{f.where(test.line)}: {names}: mode {mode}"))
+        for item in ops:
+            item = _rfc(item, dict, "ops: exclude: an entry", f, _line(item, test))
+            name = _rfc(item.get("name"), str, "ops: exclude: name", f, _line(item, test))
+            sel = {"model": model, "name": name} if item.get("op") else {"model": model, "op": _op_name(name)}
+            cases.append(({**sel, "status": "exclude", "reason": _reason(item, "edits.ops.exclude", f, test)},
+                          f"{f.where(_line(item, test))}: edits.ops.exclude"))
+        for item in dts:
+            name = _rfc(item, dict, "dtypes: exclude: an entry", f, _line(item, test)).get("name")
+            try:
+                dt = dtypes.canonical(name)
+            except (dtypes.UnknownDtype, TypeError):
+                notes.append(f"{f.where(_line(item, test))}: dtype {name!r} (unknown to casedb)")
+                continue
+            cases.append(({"model": model, "dtype": dt, "status": "exclude",
+                           "reason": _reason(item, "edits.dtypes.exclude", f, test)},
+                          f"{f.where(_line(item, test))}: edits.dtypes.exclude"))
+
+
+def _reason(item: dict, default: str, f: _File, parent) -> str:
+    text = item.get("description")
+    return default if text is None else _rfc(text, str, "description", f, _line(item, parent))
+
+
 def _rule(rules: list, notes: list, f: _File, d, sel: dict, prec, what: str) -> None:
+    where = f.where(_line(d))
     try:
         sel["dtype"] = dtypes.canonical(sel["dtype"])
-    except dtypes.UnknownDtype:
-        notes.append(f"{f.where(getattr(d, 'line', None))}: {what}: dtype {sel['dtype']!r} (unknown to casedb)")
+    except (dtypes.UnknownDtype, TypeError):
+        notes.append(f"{where}: {what}: dtype {sel['dtype']!r} (unknown to casedb)")
         return
-    values = {}
+    prec = _rfc(prec, dict, "precision", f, _line(d))
+    values, problems = {}, []
     for k in ("rtol", "atol"):
-        if isinstance(prec, dict) and prec.get(k) is not None:
-            try:
-                values[k] = float(prec[k])
-            except (TypeError, ValueError):
-                raise InputError(f"precision: {k}: not a number: {prec[k]!r}", where=f.where(getattr(d, "line", None))) from None
+        if prec.get(k) is not None:
+            values[k] = _number(f"precision: {k}", prec[k], where, problems)
+    if problems:
+        raise InputError(problems[0].message, where=where)
     if values:
-        rules.append(({**sel, **values}, f"{f.where(getattr(d, 'line', None))}: {what}"))
+        rules.append(({**sel, **values}, f"{where}: {what}"))

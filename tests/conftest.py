@@ -48,3 +48,14 @@ def rows(db, sql: str, params=()) -> list[dict]:
         return [dict(r) for r in con.execute(sql, list(params))]
     finally:
         con.close()
+
+
+def write_sql(db, *statements: str) -> None:
+    """Run statements on a database as a hand with sqlite3 would (foreign keys off, no casedb)."""
+    con = sqlite3.connect(db)
+    try:
+        for s in statements:
+            con.execute(s)
+        con.commit()
+    finally:
+        con.close()

@@ -217,7 +217,7 @@ cases:
         ("7", "stage: unknown stage 'FAILED_RUNTIME'", "did you mean 'runtime'?"),
         ("8", "name: 'mul_[12' has an unbalanced [ ]", "close the bracket, or write [[] for a ["),
         ("9", "rtol: takes a number >= 0, not -1", None),
-        ("9", "timeout: takes a number > 0, not 0", None),
+        ("9", "timeout: takes a number > 0 and at most 604800, not 0", None),
         ("10", "marks: bad marker expression 'largedimtensor + constant': only mark names, and, or, not and "
                "parentheses", None),
         ("11", "rtol/atol on an entry that selects by marks cannot be applied",
