@@ -18,6 +18,9 @@ import yaml
 _UNSAFE = re.compile("[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u202a-\u202e\u2066-\u2069]")
 
 
+_BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
+
+
 def visible(text: str) -> str:
     """``text`` with line breaks, control characters and bidi controls written as escapes (``\\n``,
     ``\\x1b``, ``\\u2028``): one line, shown as it is."""
@@ -30,7 +33,7 @@ def yaml_scalar(value) -> str:
     character escaped."""
     text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
     text = text.removesuffix("\n").removesuffix("\n...").strip()
-    if "\n" in text:  # a multi-line single-quoted or block scalar: one line, escaped
+    if _BREAKS.search(text):  # a multi-line scalar, or one a reader folds (\x85, U+2028): one line, escaped
         text = yaml.safe_dump(value, default_style='"', allow_unicode=True, width=1 << 30).strip()
     return text
 

@@ -21,8 +21,11 @@ the target does not support, and which tolerances and timeouts apply::
 An entry selects cases by ``model``, ``name`` (the case's name in its model), ``op``,
 ``signature`` (a prefix), ``dtype`` and ``marks`` (a list of marks the case has, or a marker
 expression), and targets by ``device``, ``backend`` and ``arch``. Names and targets are
-shell-style wildcards (``*``, ``?``, ``[abc]``), matched case-insensitively (model names as
-everywhere: ``gpt_oss`` = ``gpt-oss``). It sets ``status`` (required): ``expected_pass``,
+shell-style wildcards (``*``, ``?``, ``[abc]``; ``[[]`` and ``[]]`` for a bracket), matched
+case-insensitively (model names as everywhere: ``gpt_oss`` = ``gpt-oss``). A value that starts
+with ``=`` is a literal: exactly the name after it, whatever it holds (``name: "=*"`` selects
+the case named ``*``; ``"=x[0]|{a}"``, ``"= lead"``, ``"="`` the empty name); ``triage update``
+writes names, ops and targets so when they need it. It sets ``status`` (required): ``expected_pass``,
 ``known_failure``, ``not_supported``, ``exclude`` or ``unspecified`` (as if no entry selected
 the case), and optionally ``reason`` (free text, an issue link), ``stage`` (one of
 :data:`casedb.outcomes.STAGES`), ``rtol``/``atol`` and ``timeout`` (seconds).
@@ -96,9 +99,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import yaml
 
 from casedb import dtypes, marks as marks_mod, numerics, outcomes
+from casedb.escape import yaml_comment as emit_comment, yaml_scalar as scalar
 from casedb.errors import InputError, NotFound
 
 VERSION = 1
@@ -151,15 +154,30 @@ def _did_you_mean(word, choices) -> str | None:
 
 # ------------------------------------------------------------------------------------- patterns
 
+LITERAL = "="  # a selector value starting with it is the exact value that follows, wildcards and all
+
+
+def literal(value) -> str:
+    """The selector value that selects exactly ``value`` (a name, op, model or target from a DB):
+    ``value`` itself when it holds nothing a pattern reads or the check questions, else
+    ``=`` + ``value`` (``*`` -> ``=*``)."""
+    text = str(value)
+    plain = (text and text == text.strip() and not text.startswith(LITERAL) and not _REGEX_TELL.search(text)
+             and not any(ch in text for ch in "*?[]"))
+    return text if plain else LITERAL + text
+
+
 class _Pattern:
-    """One selector value: exact (compared normalized) or a wildcard (fnmatch, case-insensitive)."""
+    """One selector value: exact (compared normalized; ``=`` + a value is exact whatever it holds)
+    or a wildcard (fnmatch, case-insensitive)."""
 
     __slots__ = ("text", "norm", "exact", "regex")
 
     def __init__(self, text: str, normalize=str.lower):
         self.text = text
-        self.norm = normalize(text)
-        self.exact = not any(ch in text for ch in "*?[")
+        is_literal = text.startswith(LITERAL)
+        self.norm = normalize(text[len(LITERAL):] if is_literal else text)
+        self.exact = is_literal or not any(ch in text for ch in "*?[")
         self.regex = None if self.exact else re.compile(fnmatch.translate(self.norm))
 
     def matches(self, norm_value: str) -> bool:
@@ -439,6 +457,7 @@ class _File:
 
 
 _REGEX_TELL = re.compile(r"[\^$|\\{}]|\(\?")
+_SIGNATURE = re.compile(r"[0-9a-f]{4,64}")
 
 
 def _check_pattern(key: str, value, where: str, problems: list) -> str | None:
@@ -447,24 +466,42 @@ def _check_pattern(key: str, value, where: str, problems: list) -> str | None:
                                 "write it in quotes" if isinstance(value, bool) else None))
         return None
     text = str(value)
+    if text.startswith(LITERAL):  # the exact value: nothing in it is a pattern
+        return text
+    exact = f"or write {LITERAL!r} before an exact name that has them"
     if not text.strip():
         problems.append(Problem(where, f"{key}: is empty", "remove the key to select every value"))
         return None
     if text != text.strip():
-        problems.append(Problem(where, f"{key}: {text!r} has leading or trailing spaces", "remove them"))
+        problems.append(Problem(where, f"{key}: {text!r} has leading or trailing spaces", f"remove them, {exact}"))
         return None
     if _REGEX_TELL.search(text):
         problems.append(Problem(where, f"{key}: {text!r} looks like a regular expression",
-                                "patterns are shell-style wildcards: * ? [abc]"))
+                                f"patterns are shell-style wildcards: * ? [abc]; {exact.removeprefix('or ')}"))
         return None
-    depth = 0
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]" and depth > 0
-    if depth or text.count("]") > text.count("["):
-        problems.append(Problem(where, f"{key}: {text!r} has an unbalanced [ ]", "close the bracket, or write [[] for a ["))
+    if not _brackets_close(text):
+        problems.append(Problem(where, f"{key}: {text!r} has an unbalanced [ ]",
+                                f"close the bracket, or write [[] for a [ and []] for a ], {exact}"))
         return None
     return text
+
+
+def _brackets_close(text: str) -> bool:
+    """Whether every [ opens a set that a ] closes, as fnmatch reads them ([]] and [!]] hold a ]),
+    and no ] stands alone."""
+    i = 0
+    while i < len(text):
+        if text[i] == "]":
+            return False
+        if text[i] == "[":
+            j = i + 1 + (text[i + 1:i + 2] == "!")
+            j += text[j:j + 1] == "]"
+            j = text.find("]", j)
+            if j < 0:
+                return False
+            i = j
+        i += 1
+    return True
 
 
 def _number(key: str, value, where: str, problems: list, *, positive: bool = False) -> float | None:
@@ -488,7 +525,7 @@ def _selectors(m: dict, f: _File, line: int, stop, problems: list, keys) -> dict
         v = m[k]
         if k == "signature":
             text = str(v).strip().lower() if isinstance(v, str) else ""
-            if not re.fullmatch(r"[0-9a-f]{4,64}", text):
+            if not _SIGNATURE.fullmatch(text):
                 problems.append(Problem(where, f"signature: takes a hex prefix of a case signature (4 to 64 "
                                                f"characters, no wildcards), not {v!r}", "see `casedb cases`"))
                 continue
@@ -963,7 +1000,9 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     files = ([path] if path.exists() else []) + [Path(p) for p in others if Path(p) != path]
     triage = load(files)
     mine = [e for e in triage.entries if Path(e.path) == path]
-    scoped = {k: target[k] for k in scope if target.get(k)}
+    # every value written is a literal selector: a name `*` selects that case, not every case
+    scoped = {k: literal(target[k]) for k in scope if target.get(k)}
+    clashes = _name_clashes(every)
     rows = []
     for (mcid, model, name, op, sig, dtype, cmarks, omarks, outcome, stage, etype, emsg, reason, err, rtol, atol,
          tol) in found:
@@ -1017,16 +1056,7 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
             continue
         if status != "unspecified" or e is not None:  # an explicit `unspecified` keeps its cases out
             continue
-        stage = r["stage"] or _OUTCOME_STAGE.get(r["outcome"])
-        entry = {"model": r["model"], "name": r["name"], **scoped, "status": "known_failure", "stage": stage,
-                 "reason": first_error_line(r["error_type"], r["error_message"], r["reason"])}
-        note = None
-        if r["outcome"] == "failed" or stage == "incorrect result":
-            err = f"max abs err {r['max_abs_err']:.3g}" if r["max_abs_err"] is not None else "outside tolerance"
-            tol = f"rtol {r['rtol']:g}, atol {r['atol']:g}" if r["rtol"] is not None and r["atol"] is not None else \
-                (r["tolerance"] or "its tolerance")
-            note = (f"incorrect result: {err} ({tol}). casedb does not loosen tolerances by itself: if this "
-                    "error is acceptable, set rtol/atol on this entry after review")
+        entry, note = _failure_entry(r, scoped, clashes)
         new_entries.append((entry, note))
         prop.added.append(entry)
     # 3. promotions: cases unspecified after 1 and 2 that passed
@@ -1044,7 +1074,8 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     next_order = order + len(added) + 1
     for op in sorted(promote):
         chosen = []
-        for candidate in ([{"op": op}], [{"model": m, "op": op} for m in sorted({r["model"] for r in promote[op]})]):
+        for candidate in ([{"op": literal(op)}],
+                          [{"model": literal(m), "op": literal(op)} for m in sorted({r["model"] for r in promote[op]})]):
             ok = True
             for sel in candidate:
                 c = Entry(status="expected_pass", where="(new)", selectors={**sel, **scoped}, order=next_order)
@@ -1061,7 +1092,7 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
                 chosen = candidate
                 break
         if not chosen:
-            chosen = [{"model": r["model"], "name": r["name"]} for r in promote[op]]
+            chosen = [_case_selector(r, clashes) for r in promote[op]]
         for sel in chosen:
             c = Entry(status="expected_pass", where="(new)", selectors={**sel, **scoped}, order=next_order)
             next_order += 1
@@ -1072,6 +1103,45 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     prop.text = _edit(text, mine, drop, rewrite, new_entries, run_id, target)
     return prop
+
+
+def _name_clashes(occ: list[dict]) -> set:
+    """(model, name) keys that more than one case has (names match ignoring case)."""
+    seen: set = set()
+    clashes = set()
+    for o in occ:
+        key = (_norm("model", o["model"]), _norm("name", o["name"]))
+        (clashes if key in seen else seen).add(key)
+    return clashes
+
+
+def _case_selector(r: dict, clashes: set) -> dict:
+    """Selectors of exactly the case of row ``r``: its model and name as literals, and its
+    signature where another case of the model has the same name but for case."""
+    sel = {"model": literal(r["model"]), "name": literal(r["name"])}
+    sig = str(r.get("signature") or "")
+    if (_norm("model", r["model"]), _norm("name", r["name"])) in clashes and _SIGNATURE.fullmatch(sig):
+        sel["signature"] = sig
+    return sel
+
+
+def _failure_entry(r: dict, scoped: dict, clashes: set) -> tuple[dict, str | None]:
+    """The known_failure entry for row ``r`` (a case that failed and no entry covers) and the
+    comment above it: the run's stage where casedb knows it, the error's first line as reason."""
+    stage = r["stage"] or _OUTCOME_STAGE.get(r["outcome"])
+    notes = []
+    if stage not in outcomes.STAGES:
+        notes.append(f"the run recorded the stage {stage!r}, which casedb does not know: left out.")
+        stage = None
+    entry = {**_case_selector(r, clashes), **scoped, "status": "known_failure", "stage": stage,
+             "reason": first_error_line(r["error_type"], r["error_message"], r["reason"])}
+    if r["outcome"] == "failed" or stage == "incorrect result":
+        err = f"max abs err {r['max_abs_err']:.3g}" if r["max_abs_err"] is not None else "outside tolerance"
+        tol = f"rtol {r['rtol']:g}, atol {r['atol']:g}" if r["rtol"] is not None and r["atol"] is not None else \
+            (r["tolerance"] or "its tolerance")
+        notes.append(f"incorrect result: {err} ({tol}). casedb does not loosen tolerances by itself: if this "
+                     "error is acceptable, set rtol/atol on this entry after review")
+    return entry, " ".join(notes) or None
 
 
 def _as_expected(e: Entry) -> Entry:
@@ -1094,12 +1164,6 @@ def update_from_run(store_or_conn, run_id: int, path, output=None, *, others=(),
 _ENTRY_ORDER = CASE_KEYS + TARGET_KEYS + ("status", "stage", "reason", "rtol", "atol", "timeout")
 
 
-def scalar(value) -> str:
-    """A YAML scalar that reads back as ``value`` (quoted only when it must be)."""
-    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
-    return text.removesuffix("\n").removesuffix("\n...").strip()
-
-
 def emit_entry(entry: dict, indent: int) -> list[str]:
     """Block-style lines of one list item, its dash at column ``indent``."""
     pad = " " * indent
@@ -1109,17 +1173,6 @@ def emit_entry(entry: dict, indent: int) -> list[str]:
         v = entry[k]
         text = ("[" + ", ".join(scalar(x) for x in v) + "]") if isinstance(v, list) else scalar(v)
         out.append(f"{pad}{'- ' if i == 0 else '  '}{k}: {text}\n")
-    return out
-
-
-def emit_comment(text: str, indent: int, width: int = 100) -> list[str]:
-    import textwrap
-
-    out = []
-    for para in text.splitlines():
-        for ln in textwrap.wrap(para, width=max(40, width - indent - 2), break_long_words=False,
-                                break_on_hyphens=False) or [""]:
-            out.append(f"{' ' * indent}# {ln}\n" if ln else f"{' ' * indent}#\n")
     return out
 
 
