@@ -151,3 +151,124 @@ def test_a_deep_marker_expression_is_a_clear_error_everywhere(cli, db_path, tmp_
         assert result.exit_code == 2, result.output
         assert "nests more than 64 levels" in result.stderr and "Traceback" not in result.output
     assert rows(db_path, "SELECT count(*) AS n FROM runs") == [{"n": 0}]
+
+
+# ------------------------------------------------------------------------ big triage files (8)
+
+OPS = ["torch.add", "torch.mul", "torch.neg", "torch.relu", "torch.abs", "torch.exp", "torch.sin", "torch.cos"]
+N_CASES = 3000  # about the shipped manifests' 3,123
+
+
+@pytest.fixture(scope="module")
+def big_db(tmp_path_factory):
+    """A real DB of N_CASES cases (one model), through `casedb import`."""
+    tmp = tmp_path_factory.mktemp("big")
+    cases = [{"name": f"{OPS[i % len(OPS)].split('.')[1]}_{i}", "op": OPS[i % len(OPS)],
+              "inputs": [{"tensor": {"shape": [i + 1]}}] * (1 if OPS[i % len(OPS)] not in ("torch.add", "torch.mul")
+                                                             else 2)} for i in range(N_CASES)]
+    (tmp / "m.yaml").write_text(yaml.safe_dump({"model": "big", "cases": cases}), encoding="utf-8")
+    db = tmp / "big.db"
+    assert runs_data.make_cli(db)("import", tmp / "m.yaml").exit_code == 0
+    return db
+
+
+MEASURE = """\
+import json, sys, time
+from casedb import triage
+from importers import yaml_manifest
+path, db = sys.argv[1], sys.argv[2]
+t = time.perf_counter(); yaml_manifest.load(path, 1 << 30); read = time.perf_counter() - t
+t = time.perf_counter(); problems = triage.check([path], db); checked = time.perf_counter() - t
+print(json.dumps({"read_s": read, "check_s": checked, "kinds": sorted({p.kind for p in problems}),
+                  "problems": [str(p) for p in problems[:3]], "count": len(problems)}))
+"""
+
+
+def check_in_a_process(path, db) -> dict:
+    """`triage.check` in its own process: its result, how long reading the YAML alone took, how
+    long the check took (the reading included), and the process's peak RSS in MiB."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([sys.executable, "-c", MEASURE, str(path), str(db)], cwd=root, stdout=out, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)  # (its own peak RSS, not the largest child's)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        assert p.returncode == 0, err.read().decode()
+        return {**json.loads(out.read()), "rss_mib": usage.ru_maxrss / 1024}
+
+
+def write_entries(path, lines: list[str]) -> None:
+    path.write_text("version: 1\ncases:\n" + "".join(lines), encoding="utf-8")
+
+
+def test_2000_overlapping_wildcards_check_in_bounded_time_and_memory(big_db, tmp_path):
+    """Before: every pair compared, and each tie a problem: 2,000 entries -> 1,999,000 problems,
+    114 s and 1 GB (20,000: MemoryError). Now each entry that ties is named once."""
+    path = tmp_path / "wild.yaml"
+    write_entries(path, [f'  - {{name: "*{i % 10}*", status: {"known_failure" if i % 2 else "expected_pass"}, '
+                         f'reason: "entry {i}"}}\n' for i in range(2000)])
+    res = check_in_a_process(path, big_db)
+    assert (res["count"], res["kinds"]) == (1999, ["conflict"])
+    assert res["problems"][0] == (f"{path}:4: ties with the entry at {path}:3 (equally specific, can select the same "
+                                  "cases) but disagrees on status, reason (make one more specific (name the case, or "
+                                  "scope it to a target) or remove one)")
+    assert res["check_s"] < 30 * res["read_s"] + 5 and res["check_s"] < 60, res
+    assert res["rss_mib"] < 1024, res
+
+
+def test_20000_exact_entries_check_and_load_in_bounded_time(big_db, tmp_path):
+    """Before: each entry matched against every case (22 s on every run). Now an exact entry
+    finds its cases through the index: the check costs a few times reading the file."""
+    occ = triage.occurrences(big_db)
+    path = tmp_path / "exact.yaml"
+    write_entries(path, [f'  - {{model: big, name: {o["name"]}, device: dev{d}, status: known_failure, '
+                         f'reason: "r {d}"}}\n' for d in range(7) for o in occ][:20000])
+    res = check_in_a_process(path, big_db)
+    assert (res["count"], res["problems"]) == (0, [])
+    assert res["check_s"] < 10 * res["read_s"] + 5 and res["check_s"] < 60, res
+    assert res["rss_mib"] < 1024, res
+    # what every worker does: load it and look up each case
+    import time
+
+    t = time.perf_counter()
+    loaded = triage.load([path])
+    statuses = {loaded.entry_for(o, {"device": "dev3", "backend": "inductor", "arch": None}).status for o in occ}
+    assert statuses == {"known_failure"} and time.perf_counter() - t < 60
+
+
+@pytest.mark.parametrize("what", ["items", "bytes", "targets"])
+def test_a_file_past_a_bound_is_refused_in_bounded_time_and_memory(big_db, tmp_path, what):
+    path = tmp_path / "big.yaml"
+    if what == "items":
+        write_entries(path, ["  - {op: torch.add, status: exclude}\n"] * (triage.MAX_ITEMS + 1))
+        said = f"{path}:2: cases: has 50,001 items; a triage file holds at most 50,000"
+    elif what == "bytes":
+        write_entries(path, ["  - {op: torch.add, status: exclude, reason: " + "x" * 1000 + "}\n"] * 8500)
+        said = f"{path}: is 8.5 MiB, over the 8 MiB limit on one input file: split it into several files"
+    else:  # each entry its own device pattern, all of one precedence
+        write_entries(path, [f"  - {{op: torch.add, device: 'd{i}*', status: exclude}}\n" for i in range(300)])
+        said = f"{path}:259: the check stops here: 300 entries as specific as this one (from {path}:3 on) have more"
+    res = check_in_a_process(path, big_db)
+    assert res["problems"][0].startswith(said), res
+    assert res["check_s"] < 5 and res["rss_mib"] < 1024, res
+
+
+def test_wildcards_past_the_matching_budget_stop_the_check(big_db, tmp_path):
+    """20,000 different wildcards over 3,000 cases are 60 million matches: the check stops at
+    10 million with a problem naming the entry (on a 2-core machine under load, about 10 s)."""
+    import itertools
+
+    combos = ["".join(c) for c in itertools.product("abcdefghijklmnopqrstuvwxyz0123456789", repeat=3)]
+    path = tmp_path / "wild.yaml"
+    write_entries(path, [f'  - {{name: "[!{c}]*", status: exclude}}\n' for c in combos[:20000]])
+    res = check_in_a_process(path, big_db)
+    assert res["kinds"] == ["limit"] and "its wildcards were matched more than 10,000,000 times" in res["problems"][0]
+    assert res["check_s"] < 60 and res["rss_mib"] < 1024, res
