@@ -192,12 +192,22 @@ def check_in_a_process(path, db) -> dict:
     import subprocess
     import sys
     import tempfile
+    import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen([sys.executable, "-c", MEASURE, str(path), str(db)], cwd=root, stdout=out, stderr=err)
-        _, status, usage = os.wait4(p.pid, 0)  # (its own peak RSS, not the largest child's)
+        deadline = time.monotonic() + 240
+        while True:  # (os.wait4: its own peak RSS, not the largest child's)
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:  # killed, not left running past the test
+                p.kill()
+                _, status, usage = os.wait4(p.pid, 0)
+                break
+            time.sleep(0.05)
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
