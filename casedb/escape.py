@@ -16,8 +16,7 @@ import yaml
 # \x85 and U+00A0 up) or reads as a line break (\r, \n, \x85, U+2028, U+2029), and the bidi
 # controls that reorder what a reader sees: shown as escapes in comments and Markdown.
 _UNSAFE = re.compile("[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u202a-\u202e\u2066-\u2069]")
-
-
+# The line breaks a YAML reader knows (a scalar holding one is written on one line, escaped).
 _BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
 
 
