@@ -1,7 +1,7 @@
 """Time and memory of hostile input (issues 15 and 24), each against a baseline measured in the same run.
 
-    python bench/bench_hostile.py                 # all three parts
-    python bench/bench_hostile.py --part import   # or: manifest, serve
+    python bench/bench_hostile.py                 # all four parts
+    python bench/bench_hostile.py --part import   # or: manifest, serve, triage
     python bench/bench_hostile.py --cases 20000   # a smaller big manifest
     python bench/bench_hostile.py --part manifest --compare-checkout /tmp/wt-old  # + an older casedb
 
@@ -15,6 +15,10 @@
   casedb's bounded manifest loader alone, and of `casedb import` end to end, each in a fresh
   process; with ``--compare-checkout DIR`` also `casedb import` run from another checkout (e.g. a
   ``git worktree`` of the commit before the change).
+* **triage** (issue 24): `casedb triage check` of big triage files (2,000 overlapping wildcards,
+  each tie its own reason; 20,000 exact entries, seven targets per case) against a DB of the
+  shipped manifests, each in a fresh process, next to reading the same YAML alone; with
+  ``--compare-checkout DIR`` also from another checkout.
 * **serve**: the real `casedb serve` on a small DB; each hostile query's response time and the
   server's peak RSS, next to a normal page and the RSS after start; and what the per-query byte
   cap costs a 1000-row page fetch, next to Datasette's plain row factory.
@@ -181,6 +185,47 @@ def part_manifest(tmp: Path, n: int, other: Path | None = None) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------------ triage
+
+
+def triage_files(tmp: Path, db: Path) -> dict[str, Path]:
+    import sqlite3
+
+    occ = sqlite3.connect(db).execute("SELECT model, name FROM model_cases ORDER BY id").fetchall()
+    out = {"2,000 overlapping wildcards": tmp / "wild2k.yaml", "20,000 exact entries": tmp / "exact20k.yaml"}
+    with open(out["2,000 overlapping wildcards"], "w") as f:
+        f.write("version: 1\ncases:\n")
+        for i in range(2000):
+            status = "known_failure" if i % 2 else "expected_pass"
+            f.write(f'  - {{name: "*{i % 10}*", status: {status}, reason: "entry {i}"}}\n')
+    with open(out["20,000 exact entries"], "w") as f:
+        f.write("version: 1\ncases:\n")
+        for n in range(20000):
+            model, name = occ[n % len(occ)]
+            f.write(f'  - {{model: {model}, name: {name}, device: dev{n // len(occ)}, status: known_failure}}\n')
+    return out
+
+
+def part_triage(tmp: Path, other: Path | None = None) -> dict:
+    db = tmp / "shipped.db"
+    assert measure(casedb(db, "import", *sorted((ROOT / "manifests").glob("*.yaml"))))["rc"] == 0
+    read = ("import sys; from importers import yaml_manifest; yaml_manifest.load(sys.argv[1], 1 << 30)")
+    check = "import sys; from casedb import triage; print(len(triage.check([sys.argv[1]], sys.argv[2])))"
+    out = {}
+    for name, path in triage_files(tmp, db).items():
+        base = measure([sys.executable, "-c", read, str(path)])
+        runs = {"baseline: reading the YAML alone": base,
+                "casedb triage check": measure([sys.executable, "-c", check, str(path), str(db)], timeout=900)}
+        if other is not None:
+            runs[f"casedb triage check, from {other}"] = measure([sys.executable, "-c", check, str(path), str(db)],
+                                                                 timeout=900, cwd=other)
+        for k, r in runs.items():
+            if k != "baseline: reading the YAML alone":
+                r["time_x"] = round(r["s"] / base["s"], 2)
+        out[name] = runs
+    return out
+
+
 # ------------------------------------------------------------------------------------- serve
 
 
@@ -246,12 +291,12 @@ def part_serve(tmp: Path) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("import", "manifest", "serve"), action="append")
+    ap.add_argument("--part", choices=("import", "manifest", "serve", "triage"), action="append")
     ap.add_argument("--cases", type=int, default=100_000, help="cases in the big manifest")
     ap.add_argument("--compare-checkout", type=Path,
-                    help="also time `casedb import` of the big manifest from this checkout")
+                    help="also time `casedb import` of the big manifest (and `triage check`) from this checkout")
     args = ap.parse_args(argv)
-    parts = args.part or ["import", "manifest", "serve"]
+    parts = args.part or ["import", "manifest", "serve", "triage"]
     res = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -261,6 +306,9 @@ def main(argv=None) -> dict:
         if "manifest" in parts:
             (tmp / "m").mkdir()
             res["manifest"] = part_manifest(tmp / "m", args.cases, args.compare_checkout)
+        if "triage" in parts:
+            (tmp / "t").mkdir()
+            res["triage"] = part_triage(tmp / "t", args.compare_checkout)
         if "serve" in parts:
             (tmp / "s").mkdir()
             res["serve"] = part_serve(tmp / "s")

@@ -18,6 +18,7 @@ from typing import IO
 import yaml
 
 from casedb import blobs, casespec, dtypes, marks as marks_mod
+from casedb.escape import yaml_comment, yaml_scalar
 from casedb.store import Store
 
 
@@ -210,9 +211,10 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
 
 def write_yaml(store: Store, model: str, out: IO[str], out_path: Path | None = None) -> int:
     doc = manifest(store, model, out_path)
-    header = (f"# casedb manifest for {doc['model']} ({len(doc['cases'])} cases), RFC-0186 schema.\n"
-              f"# Derived marks ({', '.join(marks_mod.DERIVED)}) are recomputed on import.\n")
-    out.write(header)
+    # the name is data: written as a YAML scalar, and nothing in it can end the comment
+    header = (f"casedb manifest for {yaml_scalar(doc['model'])} ({len(doc['cases'])} cases), RFC-0186 schema.\n"
+              f"Derived marks ({', '.join(marks_mod.DERIVED)}) are recomputed on import.")
+    out.writelines(yaml_comment(header, width=None))
     yaml.dump(doc, out, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
     return len(doc["cases"])
 

@@ -86,17 +86,33 @@ def _is_number(text: str) -> bool:
     return text in ("True", "False", "inf", "-inf", "nan") or bool(re.fullmatch(r"-?[0-9.e+-]+", text))
 
 
+# What a marker expression may hold: Python's parser recurses per `not` and parenthesis (10^5 of
+# them: RecursionError or MemoryError), and so does matching; real expressions are a few dozen
+# characters and a few levels deep.
+MAX_EXPRESSION_CHARS = 4096
+MAX_EXPRESSION_DEPTH = 64
+
+
 class MarkExpression:
-    """A pytest-style ``-m`` expression (names, and/or/not, parentheses) matched against marks."""
+    """A pytest-style ``-m`` expression (names, and/or/not, parentheses) matched against marks;
+    at most :data:`MAX_EXPRESSION_CHARS` characters and :data:`MAX_EXPRESSION_DEPTH` levels."""
 
     def __init__(self, text: str):
         self.text = text.strip()
         self._tree = None
         if self.text:
+            if len(self.text) > MAX_EXPRESSION_CHARS:
+                raise ValueError(f"marker expression {_shown(self.text)} is {len(self.text)} characters long; "
+                                 f"at most {MAX_EXPRESSION_CHARS}")
             try:
                 tree = ast.parse(self.text, mode="eval")
             except SyntaxError as e:
                 raise ValueError(f"bad marker expression {text!r}: {e.msg}") from None
+            except (RecursionError, MemoryError):
+                tree = None
+            if tree is None or _depth(tree) > MAX_EXPRESSION_DEPTH:
+                raise ValueError(f"marker expression {_shown(self.text)} nests more than {MAX_EXPRESSION_DEPTH} "
+                                 "levels of not, and, or and parentheses; write it flatter")
             for node in ast.walk(tree):
                 if not isinstance(node, (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp,
                                          ast.Not, ast.Name, ast.Load)):
@@ -113,6 +129,21 @@ class MarkExpression:
         if self._tree is None:
             return True
         return _match(self._tree, set(marks))
+
+
+def _depth(tree) -> int:
+    """How deep the tree nests (iteratively: a deep tree is what this guards against)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d <= MAX_EXPRESSION_DEPTH:  # (deeper is refused whatever lies below)
+            stack += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}..."
 
 
 def _match(node, marks: set) -> bool:

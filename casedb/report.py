@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from casedb.errors import CasedbError, NotFound
+from casedb.escape import markdown, markdown_code
 
 DEFAULT_ERROR_FACTOR = 10.0
 DEFAULT_TREND = 5
@@ -294,23 +295,25 @@ def _title(report: dict) -> str:
 
 
 def to_markdown(report: dict, limit: int = DEFAULT_LIMIT) -> str:
-    """A summary for a CI job page (GitHub step summary and the like)."""
+    """A summary for a CI job page (GitHub step summary and the like). Every title, header, cell
+    and note is data, escaped (casedb.escape): nothing in a name makes a heading, ends a table
+    or hides what follows."""
 
     def cell(v) -> str:
-        text = str(v).replace("|", "\\|").replace("\n", " ")
-        return f"`{text}`" if text.startswith("casedb repro ") else text
+        text = str(v)
+        return markdown_code(text) if text.startswith("casedb repro ") else markdown(text)
 
-    lines = [f"## {_title(report)}", ""]
+    lines = [f"## {markdown(_title(report))}", ""]
     for s in sections(report, limit):
-        lines.append(f"### {s['title']}")
+        lines.append(f"### {markdown(s['title'])}")
         lines.append("")
         if s["rows"]:
-            lines.append("| " + " | ".join(s["headers"]) + " |")
+            lines.append("| " + " | ".join(markdown(h) for h in s["headers"]) + " |")
             lines.append("|" + "---|" * len(s["headers"]))
             lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in s["rows"]]
             lines.append("")
         if s["note"]:
-            lines += [f"_{s['note']}_", ""]
+            lines += [f"_{markdown(s['note'])}_", ""]
     return "\n".join(lines)
 
 

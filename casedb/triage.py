@@ -21,8 +21,11 @@ the target does not support, and which tolerances and timeouts apply::
 An entry selects cases by ``model``, ``name`` (the case's name in its model), ``op``,
 ``signature`` (a prefix), ``dtype`` and ``marks`` (a list of marks the case has, or a marker
 expression), and targets by ``device``, ``backend`` and ``arch``. Names and targets are
-shell-style wildcards (``*``, ``?``, ``[abc]``), matched case-insensitively (model names as
-everywhere: ``gpt_oss`` = ``gpt-oss``). It sets ``status`` (required): ``expected_pass``,
+shell-style wildcards (``*``, ``?``, ``[abc]``; ``[[]`` and ``[]]`` for a bracket), matched
+case-insensitively (model names as everywhere: ``gpt_oss`` = ``gpt-oss``). A value that starts
+with ``=`` is a literal: exactly the name after it, whatever it holds (``name: "=*"`` selects
+the case named ``*``; ``"=x[0]|{a}"``, ``"= lead"``, ``"="`` the empty name); ``triage update``
+writes names, ops and targets so when they need it. It sets ``status`` (required): ``expected_pass``,
 ``known_failure``, ``not_supported``, ``exclude`` or ``unspecified`` (as if no entry selected
 the case), and optionally ``reason`` (free text, an issue link), ``stage`` (one of
 :data:`casedb.outcomes.STAGES`), ``rtol``/``atol`` and ``timeout`` (seconds, at most a week).
@@ -76,7 +79,10 @@ any                skipped/ref_error/n.e.      (unchanged)      (as status)
 **Checks** (:func:`check`, ``casedb triage check``, every run that loads a file): unknown keys
 (with a did-you-mean), bad values and patterns, entries that select no case in the DB (stale),
 and entries that tie and disagree — each with file:line. Nothing in a file is executed: it is
-read as data, within the manifest loader's bounds (importers.yaml_manifest).
+read as data, within the manifest loader's bounds (importers.yaml_manifest), at most
+:data:`MAX_FILE_BYTES` and :data:`MAX_ITEMS` entries a file. The check finds an entry's cases
+through its exact name, op or model, compares only entries of one precedence through the cases
+they select, and stops with a ``limit`` problem past a bound on what it may spend.
 
 **Promotion** (:func:`update_from_run`, ``casedb triage update --from-run N``) edits the file
 as text, leaving every other byte as it was: see :func:`propose`.
@@ -89,6 +95,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import math
 import re
 import sqlite3
@@ -96,10 +103,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import yaml
 
 from casedb import dtypes, marks as marks_mod, numerics, outcomes, schema_check
+from casedb.escape import yaml_comment as emit_comment, yaml_scalar as scalar
 from casedb.errors import InputError, NotFound
+from casedb.runspec import MAX_TIMEOUT
 
 VERSION = 1
 STATUSES = ("expected_pass", "known_failure", "not_supported", "exclude", "unspecified")
@@ -108,7 +116,6 @@ CASE_KEYS = ("model", "name", "op", "signature", "dtype", "marks")
 TARGET_KEYS = ("device", "backend", "arch")
 # The longest time limit a triage entry may set, in seconds (a week): beyond what the time limit
 # of a process can hold, a limit is no limit (1e30 overflows the timer and stops the session).
-MAX_TIMEOUT = 7 * 24 * 3600
 SETTING_KEYS = ("status", "reason", "stage", "rtol", "atol", "timeout")
 ENTRY_KEYS = CASE_KEYS + TARGET_KEYS + SETTING_KEYS
 TOP_KEYS = ("version", "defaults", "tolerances", "cases")
@@ -125,7 +132,10 @@ _STAGE_HINTS = {"failed_fe_compilation": "compile: dynamo trace", "failed_ttmlir
                 "lowering": "compile: lowering", "dynamo": "compile: dynamo trace"}
 # The stage of a failing outcome recorded without one.
 _OUTCOME_STAGE = {"failed": "incorrect result", "crashed": "crash", "timeout": "timeout", "error": "runtime"}
-MAX_FILE_BYTES = 16 << 20
+# A file's bounds: 20,000 entries are about 2 MB and read in a few seconds; past these, reading
+# it (every run does, in every worker) would take minutes and gigabytes.
+MAX_FILE_BYTES = 8 << 20
+MAX_ITEMS = 50_000
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ class Problem:
     where: str
     message: str
     suggestion: str | None = None
-    kind: str = "value"       # syntax, unknown_key, value, stale, conflict, duplicate
+    kind: str = "value"       # syntax, unknown_key, value, stale, conflict, duplicate, limit
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}" + (f" ({self.suggestion})" if self.suggestion else "")
@@ -154,15 +164,31 @@ def _did_you_mean(word, choices) -> str | None:
 
 # ------------------------------------------------------------------------------------- patterns
 
+_WILD = re.compile(r"[*?[]")
+LITERAL = "="  # a selector value starting with it is the exact value that follows, wildcards and all
+
+
+def literal(value) -> str:
+    """The selector value that selects exactly ``value`` (a name, op, model or target from a DB):
+    ``value`` itself when it holds nothing a pattern reads or the check questions, else
+    ``=`` + ``value`` (``*`` -> ``=*``)."""
+    text = str(value)
+    plain = (text and text == text.strip() and not text.startswith(LITERAL) and not _REGEX_TELL.search(text)
+             and not _WILD.search(text) and "]" not in text)
+    return text if plain else LITERAL + text
+
+
 class _Pattern:
-    """One selector value: exact (compared normalized) or a wildcard (fnmatch, case-insensitive)."""
+    """One selector value: exact (compared normalized; ``=`` + a value is exact whatever it holds)
+    or a wildcard (fnmatch, case-insensitive)."""
 
     __slots__ = ("text", "norm", "exact", "regex")
 
     def __init__(self, text: str, normalize=str.lower):
         self.text = text
-        self.norm = normalize(text)
-        self.exact = not any(ch in text for ch in "*?[")
+        is_literal = text.startswith(LITERAL)
+        self.norm = normalize(text[len(LITERAL):] if is_literal else text)
+        self.exact = is_literal or not _WILD.search(text)
         self.regex = None if self.exact else re.compile(fnmatch.translate(self.norm))
 
     def matches(self, norm_value: str) -> bool:
@@ -174,6 +200,7 @@ class _Pattern:
         return 0 if self.text == "*" else (2 if self.exact else 1)
 
 
+@functools.lru_cache(maxsize=4096)
 def _model_norm(text: str) -> str:
     from casedb.store import model_key
 
@@ -185,6 +212,13 @@ _NORMALIZE = {"model": _model_norm}
 
 def _norm(key: str, value) -> str:
     return _NORMALIZE.get(key, str.lower)("" if value is None else str(value))
+
+
+def _case_norms(case: dict) -> dict:
+    """What entries compare of a case, normalized once: per selector key, and its marks."""
+    out = {k: _norm(k, case.get(k)) for k in ("model", "name", "op", "dtype", "signature")}
+    out["marks"] = frozenset(case.get("marks") or ())
+    return out
 
 
 # --------------------------------------------------------------------------------------- entries
@@ -218,30 +252,36 @@ class Entry:
         elif m is not None:
             self._marks = marks_mod.MarkExpression(str(m))
         self._rank = self.rank()
+        self._case_patterns = [(k, p) for k, p in self._patterns.items() if k in CASE_KEYS]
+        # what the entry selects of a case: entries that say the same select the same cases
+        self.case_key = tuple(sorted((k, tuple(v) if isinstance(v, list) else str(v))
+                                     for k, v in self.selectors.items() if k in CASE_KEYS))
 
     @property
     def runs(self) -> bool:
         """False when the case is not run at all (exclude, not_supported)."""
         return self.status not in ("exclude", "not_supported")
 
-    def matches_case(self, case: dict) -> bool:
-        for k, p in self._patterns.items():
-            if k in CASE_KEYS and not p.matches(_norm(k, case.get(k))):
+    def matches_case(self, case: dict, norms: dict | None = None) -> bool:
+        """Whether the entry selects ``case``; ``norms``: its :func:`_case_norms`, where the caller
+        has them."""
+        norms = norms or _case_norms(case)
+        for k, p in self._case_patterns:
+            if not p.matches(norms[k]):
                 return False
-        if self._signature is not None and not str(case.get("signature") or "").lower().startswith(self._signature):
+        if self._signature is not None and not norms["signature"].startswith(self._signature):
             return False
         if self._marks is not None:
-            have = set(case.get("marks") or ())
             if isinstance(self._marks, set):
-                return self._marks <= have
-            return self._marks.matches(have)
+                return self._marks <= norms["marks"]
+            return self._marks.matches(norms["marks"])
         return True
 
     def matches_target(self, target: dict) -> bool:
         return all(p.matches(_norm(k, target.get(k))) for k, p in self._patterns.items() if k in TARGET_KEYS)
 
-    def matches(self, case: dict, target: dict) -> bool:
-        return self.matches_target(target) and self.matches_case(case)
+    def matches(self, case: dict, target: dict, norms: dict | None = None) -> bool:
+        return self.matches_target(target) and self.matches_case(case, norms)
 
     def weight(self, key: str) -> int:
         if key == "signature":
@@ -302,18 +342,20 @@ class Triage:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def candidates(self, case: dict) -> list[Entry]:
+    def candidates(self, case: dict, norms: dict | None = None) -> list[Entry]:
+        norms = norms or _case_norms(case)
         out = list(self._generic)
         for k in ("name", "op", "model"):
-            out += self._by[k].get(_norm(k, case.get(k)), ())
+            out += self._by[k].get(norms[k], ())
         return out
 
     def entry_for(self, case: dict, target: dict) -> Entry | None:
         """The entry that applies to ``case`` (model, name, op, signature, dtype, marks) on
         ``target`` (device, backend, arch), or None."""
         best = None
-        for e in self.candidates(case):
-            if e.matches(case, target) and (best is None or e.specificity() > best.specificity()):
+        norms = _case_norms(case)
+        for e in self.candidates(case, norms):
+            if e.matches(case, target, norms) and (best is None or e.specificity() > best.specificity()):
                 best = e
         return best
 
@@ -414,13 +456,14 @@ class _File:
         from importers import files, yaml_manifest
 
         self.path = Path(path)
-        self.text = files.read_text(self.path, MAX_FILE_BYTES)
-        self.lines = self.text.splitlines()
         try:
+            self.text = files.read_text(self.path, MAX_FILE_BYTES)
             self.doc = yaml_manifest.load(self.path, MAX_FILE_BYTES)
-        except InputError as e:
-            raise InputError(e.message.replace("; fix the file and import again", "; fix the file"),
-                             where=e.where) from None
+        except InputError as e:  # (in the words of a triage file, not of an import)
+            message = e.message.replace("; fix the file and import again", "; fix the file").replace(
+                "; if it is genuine, raise the limit with casedb import --max-input-mb N", ": split it into several files")
+            raise InputError(message, where=e.where) from None
+        self.lines = self.text.splitlines()
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line else str(self.path)
@@ -429,7 +472,7 @@ class _File:
         """The line (1-based) of ``key:`` in the mapping starting at ``start`` (before ``stop``)."""
         if not start:
             return None
-        pat = re.compile(rf"(?:^|[\s{{,\-])['\"]?{re.escape(str(key))}['\"]?\s*:(?:\s|$)")
+        pat = _key_pattern(str(key))
         end = min(len(self.lines), (stop - 1) if stop else start + 400)
         for i in range(start - 1, end):
             if pat.search(self.lines[i]):
@@ -441,7 +484,13 @@ class _File:
         return next((i + 1 for i, line in enumerate(self.lines) if pat.match(line)), None)
 
 
+@functools.lru_cache(maxsize=64)
+def _key_pattern(key: str) -> re.Pattern:
+    return re.compile(rf"(?:^|[\s{{,\-])['\"]?{re.escape(key)}['\"]?\s*:(?:\s|$)")
+
+
 _REGEX_TELL = re.compile(r"[\^$|\\{}]|\(\?")
+_SIGNATURE = re.compile(r"[0-9a-f]{4,64}")
 
 
 def _check_pattern(key: str, value, where: str, problems: list) -> str | None:
@@ -450,24 +499,44 @@ def _check_pattern(key: str, value, where: str, problems: list) -> str | None:
                                 "write it in quotes" if isinstance(value, bool) else None))
         return None
     text = str(value)
+    if text.startswith(LITERAL):  # the exact value: nothing in it is a pattern
+        return text
+    exact = f"or write {LITERAL!r} before an exact name that has them"
     if not text.strip():
         problems.append(Problem(where, f"{key}: is empty", "remove the key to select every value"))
         return None
     if text != text.strip():
-        problems.append(Problem(where, f"{key}: {text!r} has leading or trailing spaces", "remove them"))
+        problems.append(Problem(where, f"{key}: {text!r} has leading or trailing spaces", f"remove them, {exact}"))
         return None
     if _REGEX_TELL.search(text):
         problems.append(Problem(where, f"{key}: {text!r} looks like a regular expression",
-                                "patterns are shell-style wildcards: * ? [abc]"))
+                                f"patterns are shell-style wildcards: * ? [abc]; {exact.removeprefix('or ')}"))
         return None
-    depth = 0
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]" and depth > 0
-    if depth or text.count("]") > text.count("["):
-        problems.append(Problem(where, f"{key}: {text!r} has an unbalanced [ ]", "close the bracket, or write [[] for a ["))
+    if not _brackets_close(text):
+        problems.append(Problem(where, f"{key}: {text!r} has an unbalanced [ ]",
+                                f"close the bracket, or write [[] for a [ and []] for a ], {exact}"))
         return None
     return text
+
+
+def _brackets_close(text: str) -> bool:
+    """Whether every [ opens a set that a ] closes, as fnmatch reads them ([]] and [!]] hold a ]),
+    and no ] stands alone."""
+    if "[" not in text and "]" not in text:
+        return True
+    i = 0
+    while i < len(text):
+        if text[i] == "]":
+            return False
+        if text[i] == "[":
+            j = i + 1 + (text[i + 1:i + 2] == "!")
+            j += text[j:j + 1] == "]"
+            j = text.find("]", j)
+            if j < 0:
+                return False
+            i = j
+        i += 1
+    return True
 
 
 def _number(key: str, value, where: str, problems: list, *, positive: bool = False,
@@ -493,7 +562,7 @@ def _selectors(m: dict, f: _File, line: int, stop, problems: list, keys) -> dict
         v = m[k]
         if k == "signature":
             text = str(v).strip().lower() if isinstance(v, str) else ""
-            if not re.fullmatch(r"[0-9a-f]{4,64}", text):
+            if not _SIGNATURE.fullmatch(text):
                 problems.append(Problem(where, f"signature: takes a hex prefix of a case signature (4 to 64 "
                                                f"characters, no wildcards), not {v!r}", "see `casedb cases`"))
                 continue
@@ -518,7 +587,7 @@ def _selectors(m: dict, f: _File, line: int, stop, problems: list, keys) -> dict
             text = _check_pattern(k, v, where, problems)
             if text is None:
                 continue
-            if not any(ch in text for ch in "*?["):
+            if not _WILD.search(text):
                 try:
                     text = dtypes.canonical(text)
                 except dtypes.UnknownDtype:
@@ -584,10 +653,15 @@ def _parse(paths, problems: list) -> tuple[list[Entry], list[_RuleSpec], str, li
             if not isinstance(items, list):
                 problems.append(Problem(f.where(f.top_line(section)), f"{section}: takes a list of mappings"))
                 continue
+            if len(items) > MAX_ITEMS:
+                problems.append(Problem(f.where(f.top_line(section)), f"{section}: has {len(items):,} items; a triage "
+                                        f"file holds at most {MAX_ITEMS:,}", "split it into several files", "limit"))
+                continue
             lines = _item_lines(f, items, f.top_line(section))
+            stops = _next_lines(lines)
             for i, m in enumerate(items):
                 line = lines[i] or f.top_line(section)
-                stop = next((x for x in lines[i + 1:] if x), None)
+                stop = stops[i]
                 if not isinstance(m, dict):
                     problems.append(Problem(f.where(line), f"each item of {section}: is a mapping, not {m!r}"))
                     continue
@@ -615,15 +689,25 @@ def _parse(paths, problems: list) -> tuple[list[Entry], list[_RuleSpec], str, li
 
 
 def _item_lines(f: _File, items: list, start: int | None) -> list:
-    """The line of each list item: a mapping's own; a scalar's, found after the item before it."""
+    """The line of each list item: a mapping's own; a scalar's, found after the item before it
+    (within 400 lines: a file of unmatched scalars is not searched to its end per item)."""
     out, at = [], start or 1
     for m in items:
         line = getattr(m, "line", None)
         if line is None and not isinstance(m, (dict, list)):
             pat = re.compile(rf"^\s*-\s*['\"]?{re.escape(str(m))}")
-            line = next((i + 1 for i in range(at, len(f.lines)) if pat.match(f.lines[i])), None)
+            line = next((i + 1 for i in range(at, min(len(f.lines), at + 400)) if pat.match(f.lines[i])), None)
         out.append(line)
         at = line or at
+    return out
+
+
+def _next_lines(lines: list) -> list:
+    """For each item, the first known line of an item after it (None: none)."""
+    out, after = [None] * len(lines), None
+    for i in range(len(lines) - 1, -1, -1):
+        out[i] = after
+        after = lines[i] or after
     return out
 
 
@@ -757,14 +841,21 @@ def occurrences(store) -> list[dict]:
 def check(paths, store=None) -> list[Problem]:
     """Every problem of these files: syntax, unknown keys, bad values and patterns, and with a
     DB (``store``: a Store, a database, a connection or a path), stale entries (selecting no case)
-    and entries that tie and disagree. Empty when the files are fine. Reads the DB only."""
+    and entries that tie and disagree. Empty when the files are fine. Reads the DB only. A file
+    past a bound on what the check may spend (:data:`WILDCARD_MATCHES` ...) gets a ``limit``
+    problem, and the check stops there."""
     paths = [Path(p) for p in paths]
     problems: list[Problem] = []
     entries, specs, _, _ = _parse(paths, problems)
     occ = occurrences(store) if store is not None else None
-    if occ:
-        problems += _stale(entries, specs, occ)
-    problems += _conflicts(entries, occ)
+    budget = _Budget()
+    cases = _Cases(occ, budget) if occ else None
+    try:
+        _conflicts(entries, cases, budget, problems)
+        if cases is not None:  # (after: the tie check has looked up what most entries select)
+            _stale(entries, specs, cases, problems)
+    except _Limit as stop:
+        problems.append(stop.problem)
     return sorted(problems, key=_problem_order)
 
 
@@ -790,25 +881,130 @@ def _problem_order(p: Problem):
     return (path, int(line)) if line.isdigit() else (p.where, 0)
 
 
-def _stale(entries: list[Entry], specs: list[_RuleSpec], occ: list[dict]) -> list[Problem]:
-    out = []
+# What one check may spend: wildcards matched against a key's distinct values (a regex each,
+# about a microsecond), cases looked up for ties (a set operation in C, tens of nanoseconds),
+# and target patterns among entries of one precedence (each compared in Python with those of
+# every entry after it). A file past one is refused (a "limit" problem): they are far beyond
+# what a hand-written or generated file needs (2,000 wildcards over 3,000 cases: 6 million
+# matches), and far below minutes.
+WILDCARD_MATCHES = 10_000_000
+TIE_LOOKUPS = 200_000_000
+TARGET_PATTERNS = 256
+
+
+class _Limit(Exception):
+    """The check stops: ``problem`` says at which entry and why."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+@dataclass
+class _Budget:
+    """What is left to spend of each bound; :meth:`spend` raises :class:`_Limit` past one."""
+
+    matches: int = WILDCARD_MATCHES
+    lookups: int = TIE_LOOKUPS
+
+    def spend(self, what: str, n: int, e: Entry) -> None:
+        left = getattr(self, what) - n
+        setattr(self, what, left)
+        if left < 0:
+            raise _stop(e, f"its wildcards were matched more than {WILDCARD_MATCHES:,} times" if what == "matches"
+                        else f"ties were looked up for more than {TIE_LOOKUPS:,} cases")
+
+
+def _stop(e: Entry, why: str) -> _Limit:
+    return _Limit(Problem(e.where, f"the check stops here: {why}",
+                          "make the entries more specific (name the cases, scope them to targets) or fewer", "limit"))
+
+
+class _Cases:
+    """The DB's case occurrences as the checks look them up. The cases an entry selects come from
+    an index of each key's values: an exact name, op or model is one lookup; a wildcard is
+    matched against the key's distinct values (in C), not against every case. The answers for
+    the last few hundred selections are kept (entries often repeat one)."""
+
+    KEEP = 256
+    KEYS = ("name", "op", "model", "dtype")
+
+    def __init__(self, occ: list[dict], budget: _Budget):
+        self.occ = occ
+        self.budget = budget
+        self.norms = [_case_norms(o) for o in occ]
+        self.index: dict = {k: {} for k in self.KEYS}
+        for i, n in enumerate(self.norms):
+            for k, by in self.index.items():
+                by.setdefault(n[k], []).append(i)
+        self.every = frozenset(range(len(occ)))
+        self._kept: dict = {}
+        self._selects: dict = {}   # case_key -> whether it selects any case (every answer: small)
+
+    def _by_key(self, e: Entry) -> tuple[list | frozenset, bool]:
+        """Cases the entry's most telling key selects, and whether that key is all it says."""
+        pats = [(k, e._patterns[k]) for k in self.KEYS if k in e._patterns]
+        pats.sort(key=lambda kp: not kp[1].exact)
+        only = len(pats) == 1 and e._signature is None and e._marks is None
+        if not pats:
+            return self.every, False
+        k, p = pats[0]
+        by = self.index[k]
+        if p.exact:
+            return by.get(p.norm, []), only
+        self.budget.spend("matches", len(by), e)
+        return [i for v in filter(p.regex.match, by) for i in by[v]], only
+
+    def selected(self, e: Entry) -> frozenset:
+        """The positions (in ``occ``) of the cases ``e`` selects."""
+        found = self._kept.get(e.case_key)
+        if found is None:
+            cand, only = self._by_key(e)
+            found = frozenset(cand if only else (i for i in cand if e.matches_case(self.occ[i], self.norms[i])))
+            if len(self._kept) >= self.KEEP:
+                del self._kept[next(iter(self._kept))]
+            self._kept[e.case_key] = found
+            self._selects[e.case_key] = bool(found)
+        return found
+
+    def selects_any(self, e: Entry) -> bool:
+        if e.case_key not in self._selects:
+            cand, only = self._by_key(e)
+            self._selects[e.case_key] = bool(cand) if only else any(
+                e.matches_case(self.occ[i], self.norms[i]) for i in cand)
+        return self._selects[e.case_key]
+
+
+# Stale entries beyond these get no did-you-mean (each compares a name with every name in the DB).
+_STALE_HINTS = 50
+
+
+def _stale(entries: list[Entry], specs: list[_RuleSpec], cases: _Cases, out: list[Problem]) -> None:
+    occ = cases.occ
+    hints = [_STALE_HINTS]
     models = sorted({o["model"] for o in occ})
     ops = sorted({o["op"] for o in occ})
+
+    def hint(sel, patterns):
+        hints[0] -= 1
+        if hints[0] < 0:
+            return "remove it, or fix its selectors (see `casedb cases`)"
+        return _stale_hint(sel, patterns, occ, models, ops)
+
     for e in entries:
-        if not any(k in e.selectors for k in CASE_KEYS):
+        if not e.case_key:
             continue
-        if not any(e.matches_case(o) for o in occ):
+        if not cases.selects_any(e):
             out.append(Problem(e.where, f"stale: selects no case in the DB ({_selection(e.selectors)})",
-                               _stale_hint(e.selectors, e._patterns, occ, models, ops), "stale"))
+                               hint(e.selectors, e._patterns), "stale"))
     for s in specs:
         sel = {k: v for k, v in s.selectors.items() if k in ("model", "name", "op", "signature")}
         if not sel:
             continue
         probe = Entry(status="unspecified", where=s.rule.where, selectors=sel)
-        if not any(probe.matches_case(o) for o in occ):
+        if not cases.selects_any(probe):
             out.append(Problem(s.rule.where, f"stale: the tolerance rule selects no case in the DB ({_selection(sel)})",
-                               _stale_hint(sel, probe._patterns, occ, models, ops), "stale"))
-    return out
+                               hint(sel, probe._patterns), "stale"))
 
 
 def _selection(sel: dict) -> str:
@@ -847,37 +1043,102 @@ def _overlap(a: Entry, b: Entry) -> bool:
     return True
 
 
-def _conflicts(entries: list[Entry], occ: list[dict] | None) -> list[Problem]:
-    out = []
+def _conflicts(entries: list[Entry], cases: _Cases | None, budget: _Budget, out: list[Problem]) -> None:
+    """Entries that tie (equally specific: see the module docstring), can select a same case on
+    a same target and disagree, each named once with an entry before it that it ties with; and
+    duplicates. With a DB, "can select a same case" is whether they do; without, whether their
+    patterns can. Entries are compared only within a precedence class, through the cases they
+    select (sets): no pair of entries is compared one by one."""
     groups: dict = {}
     for e in entries:
         key = (e.rank(), tuple(e._patterns[k].norm if k in e._patterns and e._patterns[k].exact else "*"
                                for k in ("name", "op", "model")), e._signature or "")
         groups.setdefault(key, []).append(e)
-    selects: dict = {}
-
-    def selected(e):
-        if e not in selects:
-            selects[e] = {o["model_case_id"] for o in occ if e.matches_case(o)}
-        return selects[e]
-
     for group in groups.values():
-        for i, a in enumerate(group):
-            for b in group[i + 1:]:
-                if not _overlap(a, b):
-                    continue
-                if occ and any(k in a.selectors for k in CASE_KEYS) and not (selected(a) & selected(b)):
-                    continue
-                if a.settings() == b.settings():
-                    if a.selectors == b.selectors and (a.rtol, a.atol) == (b.rtol, b.atol):
-                        out.append(Problem(b.where, f"duplicate of the entry at {a.where}", "remove one", "duplicate"))
-                    continue
-                what = [n for n, x, y in zip(("status", "stage", "reason", "timeout"), a.settings(), b.settings()) if x != y]
-                out.append(Problem(b.where, f"ties with the entry at {a.where} (equally specific, can select the same "
-                                            f"cases) but disagrees on {', '.join(what)}",
-                                   "make one more specific (name the case, or scope it to a target) or remove one",
-                                   "conflict"))
-    return out
+        if len(group) > 1:
+            _ties(group, cases, budget, out)
+
+
+def _target_key(e: Entry) -> tuple:
+    return tuple(e._patterns[k].text.lower() if k in e._patterns else None for k in ("dtype",) + TARGET_KEYS)
+
+
+@dataclass(eq=False)
+class _Seen:
+    """The entries of one precedence class with one target pattern, so far: per case, the first
+    entry that selects it and the first after it with other settings (enough to find, for any
+    later entry, an earlier one that disagrees)."""
+
+    entry: Entry                                       # the first (for _overlap)
+    first: dict = field(default_factory=dict)          # case -> entry
+    second: dict = field(default_factory=dict)         # case -> entry
+    firsts: set = field(default_factory=set)           # their keys, as sets (set operations in C)
+    seconds: set = field(default_factory=set)
+    by_settings: dict = field(default_factory=dict)    # settings -> cases whose first entry has them
+    # cases selected -> the first entries that selected exactly them (other settings each, two
+    # at most): entries repeating a selection are answered without touching its cases
+    by_selection: dict = field(default_factory=dict)
+
+    def disagreeing(self, ids: frozenset, settings: tuple) -> Entry | None:
+        a = next((a for a in self.by_selection.get(ids, ()) if a.settings() != settings), None)
+        if a is not None:
+            return a
+        agree = self.by_settings.get(settings, frozenset())
+        other = (ids & self.firsts) - agree
+        if other:
+            return self.first[min(other)]
+        both = ids & agree & self.seconds
+        return self.second[min(both)] if both else None
+
+    def add(self, e: Entry, ids: frozenset, settings: tuple) -> None:
+        same = self.by_selection.setdefault(ids, [])
+        if len(same) == 2 or any(a.settings() == settings for a in same):
+            return  # each of its cases has a first entry, and a second where one can differ
+        same.append(e)
+        new = ids - self.firsts
+        self.first.update(dict.fromkeys(new, e))
+        self.firsts |= new
+        self.by_settings.setdefault(settings, set()).update(new)
+        later = ids - new - self.by_settings[settings] - self.seconds
+        self.second.update(dict.fromkeys(later, e))
+        self.seconds |= later
+
+
+def _ties(group: list[Entry], cases: _Cases | None, budget: _Budget, out: list[Problem]) -> None:
+    seen: dict = {}        # target pattern -> _Seen
+    settings_of: dict = {}  # target pattern -> the settings its entries have
+    overlap: dict = {}
+    written: dict = {}
+    for b in group:
+        ids = frozenset([-1]) if cases is None else (cases.selected(b) if b.case_key else cases.every)
+        if not ids:
+            continue
+        tkb, sb = _target_key(b), b.settings()
+        same = written.setdefault((b.case_key, tkb, sb, b.rtol, b.atol), b)
+        if same is not b:
+            out.append(Problem(b.where, f"duplicate of the entry at {same.where}", "remove one", "duplicate"))
+        if tkb not in seen and len(seen) >= TARGET_PATTERNS:
+            raise _stop(b, f"{len(group)} entries as specific as this one (from {group[0].where} on) have more "
+                           f"than {TARGET_PATTERNS} device/backend/arch/dtype patterns")
+        a = None
+        for tk, other in seen.items():
+            if len(settings_of[tk]) == 1 and sb in settings_of[tk]:
+                continue  # every entry with these patterns agrees with b
+            if (tk, tkb) not in overlap:
+                overlap[tk, tkb] = _overlap(other.entry, b)
+            if overlap[tk, tkb]:
+                budget.spend("lookups", len(ids), b)
+                a = other.disagreeing(ids, sb)
+                if a is not None:
+                    break
+        if a is not None:
+            what = [n for n, x, y in zip(("status", "stage", "reason", "timeout"), a.settings(), sb) if x != y]
+            out.append(Problem(b.where, f"ties with the entry at {a.where} (equally specific, can select the same "
+                                        f"cases) but disagrees on {', '.join(what)}",
+                               "make one more specific (name the case, or scope it to a target) or remove one",
+                               "conflict"))
+        seen.setdefault(tkb, _Seen(b)).add(b, ids, sb)
+        settings_of.setdefault(tkb, set()).add(sb)
 
 
 # -------------------------------------------------------------------------------------- promotion
@@ -974,7 +1235,9 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     files = ([path] if path.exists() else []) + [Path(p) for p in others if Path(p) != path]
     triage = load(files)
     mine = [e for e in triage.entries if Path(e.path) == path]
-    scoped = {k: target[k] for k in scope if target.get(k)}
+    # every value written is a literal selector: a name `*` selects that case, not every case
+    scoped = {k: literal(target[k]) for k in scope if target.get(k)}
+    clashes = _name_clashes(every)
     rows = []
     for (mcid, model, name, op, sig, dtype, cmarks, omarks, outcome, stage, etype, emsg, reason, err, rtol, atol,
          tol) in found:
@@ -1028,16 +1291,7 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
             continue
         if status != "unspecified" or e is not None:  # an explicit `unspecified` keeps its cases out
             continue
-        stage = r["stage"] or _OUTCOME_STAGE.get(r["outcome"])
-        entry = {"model": r["model"], "name": r["name"], **scoped, "status": "known_failure", "stage": stage,
-                 "reason": first_error_line(r["error_type"], r["error_message"], r["reason"])}
-        note = None
-        if r["outcome"] == "failed" or stage == "incorrect result":
-            err = f"max abs err {r['max_abs_err']:.3g}" if r["max_abs_err"] is not None else "outside tolerance"
-            tol = f"rtol {r['rtol']:g}, atol {r['atol']:g}" if r["rtol"] is not None and r["atol"] is not None else \
-                (r["tolerance"] or "its tolerance")
-            note = (f"incorrect result: {err} ({tol}). casedb does not loosen tolerances by itself: if this "
-                    "error is acceptable, set rtol/atol on this entry after review")
+        entry, note = _failure_entry(r, scoped, clashes)
         new_entries.append((entry, note))
         prop.added.append(entry)
     # 3. promotions: cases unspecified after 1 and 2 that passed
@@ -1055,7 +1309,8 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     next_order = order + len(added) + 1
     for op in sorted(promote):
         chosen = []
-        for candidate in ([{"op": op}], [{"model": m, "op": op} for m in sorted({r["model"] for r in promote[op]})]):
+        for candidate in ([{"op": literal(op)}],
+                          [{"model": literal(m), "op": literal(op)} for m in sorted({r["model"] for r in promote[op]})]):
             ok = True
             for sel in candidate:
                 c = Entry(status="expected_pass", where="(new)", selectors={**sel, **scoped}, order=next_order)
@@ -1072,7 +1327,7 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
                 chosen = candidate
                 break
         if not chosen:
-            chosen = [{"model": r["model"], "name": r["name"]} for r in promote[op]]
+            chosen = [_case_selector(r, clashes) for r in promote[op]]
         for sel in chosen:
             c = Entry(status="expected_pass", where="(new)", selectors={**sel, **scoped}, order=next_order)
             next_order += 1
@@ -1083,6 +1338,45 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     prop.text = _edit(text, mine, drop, rewrite, new_entries, run_id, target)
     return prop
+
+
+def _name_clashes(occ: list[dict]) -> set:
+    """(model, name) keys that more than one case has (names match ignoring case)."""
+    seen: set = set()
+    clashes = set()
+    for o in occ:
+        key = (_norm("model", o["model"]), _norm("name", o["name"]))
+        (clashes if key in seen else seen).add(key)
+    return clashes
+
+
+def _case_selector(r: dict, clashes: set) -> dict:
+    """Selectors of exactly the case of row ``r``: its model and name as literals, and its
+    signature where another case of the model has the same name but for case."""
+    sel = {"model": literal(r["model"]), "name": literal(r["name"])}
+    sig = str(r.get("signature") or "")
+    if (_norm("model", r["model"]), _norm("name", r["name"])) in clashes and _SIGNATURE.fullmatch(sig):
+        sel["signature"] = sig
+    return sel
+
+
+def _failure_entry(r: dict, scoped: dict, clashes: set) -> tuple[dict, str | None]:
+    """The known_failure entry for row ``r`` (a case that failed and no entry covers) and the
+    comment above it: the run's stage where casedb knows it, the error's first line as reason."""
+    stage = r["stage"] or _OUTCOME_STAGE.get(r["outcome"])
+    notes = []
+    if stage not in outcomes.STAGES:
+        notes.append(f"the run recorded the stage {stage!r}, which casedb does not know: left out.")
+        stage = None
+    entry = {**_case_selector(r, clashes), **scoped, "status": "known_failure", "stage": stage,
+             "reason": first_error_line(r["error_type"], r["error_message"], r["reason"])}
+    if r["outcome"] == "failed" or stage == "incorrect result":
+        err = f"max abs err {r['max_abs_err']:.3g}" if r["max_abs_err"] is not None else "outside tolerance"
+        tol = f"rtol {r['rtol']:g}, atol {r['atol']:g}" if r["rtol"] is not None and r["atol"] is not None else \
+            (r["tolerance"] or "its tolerance")
+        notes.append(f"incorrect result: {err} ({tol}). casedb does not loosen tolerances by itself: if this "
+                     "error is acceptable, set rtol/atol on this entry after review")
+    return entry, " ".join(notes) or None
 
 
 def _as_expected(e: Entry) -> Entry:
@@ -1105,12 +1399,6 @@ def update_from_run(store_or_conn, run_id: int, path, output=None, *, others=(),
 _ENTRY_ORDER = CASE_KEYS + TARGET_KEYS + ("status", "stage", "reason", "rtol", "atol", "timeout")
 
 
-def scalar(value) -> str:
-    """A YAML scalar that reads back as ``value`` (quoted only when it must be)."""
-    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
-    return text.removesuffix("\n").removesuffix("\n...").strip()
-
-
 def emit_entry(entry: dict, indent: int) -> list[str]:
     """Block-style lines of one list item, its dash at column ``indent``."""
     pad = " " * indent
@@ -1120,17 +1408,6 @@ def emit_entry(entry: dict, indent: int) -> list[str]:
         v = entry[k]
         text = ("[" + ", ".join(scalar(x) for x in v) + "]") if isinstance(v, list) else scalar(v)
         out.append(f"{pad}{'- ' if i == 0 else '  '}{k}: {text}\n")
-    return out
-
-
-def emit_comment(text: str, indent: int, width: int = 100) -> list[str]:
-    import textwrap
-
-    out = []
-    for para in text.splitlines():
-        for ln in textwrap.wrap(para, width=max(40, width - indent - 2), break_long_words=False,
-                                break_on_hyphens=False) or [""]:
-            out.append(f"{' ' * indent}# {ln}\n" if ln else f"{' ' * indent}#\n")
     return out
 
 

@@ -209,13 +209,14 @@ cases:
     assert got == [
         ("1", "unknown key 'verison' in the file", "did you mean 'version'?"),
         ("3", "op: 'torch\\\\.add|torch.mul' looks like a regular expression",
-         "patterns are shell-style wildcards: * ? [abc]"),
+         "patterns are shell-style wildcards: * ? [abc]; write '=' before an exact name that has them"),
         ("4", "signature: takes a hex prefix of a case signature (4 to 64 characters, no wildcards), not 'xyz'",
          "see `casedb cases`"),
         ("5", "dtype: unknown dtype 'bfloat61'", "did you mean 'bfloat16'?"),
         ("6", "status: unknown status 'KNOWN_FAILURE_XFAIL'", "did you mean 'known_failure'?"),
         ("7", "stage: unknown stage 'FAILED_RUNTIME'", "did you mean 'runtime'?"),
-        ("8", "name: 'mul_[12' has an unbalanced [ ]", "close the bracket, or write [[] for a ["),
+        ("8", "name: 'mul_[12' has an unbalanced [ ]",
+         "close the bracket, or write [[] for a [ and []] for a ], or write '=' before an exact name that has them"),
         ("9", "rtol: takes a number >= 0, not -1", None),
         ("9", "timeout: takes a number > 0 and at most 604800, not 0", None),
         ("10", "marks: bad marker expression 'largedimtensor + constant': only mark names, and, or, not and "
