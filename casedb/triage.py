@@ -114,8 +114,6 @@ STATUSES = ("expected_pass", "known_failure", "not_supported", "exclude", "unspe
 UNLISTED = ("unspecified", "expected_pass")
 CASE_KEYS = ("model", "name", "op", "signature", "dtype", "marks")
 TARGET_KEYS = ("device", "backend", "arch")
-# The longest time limit a triage entry may set, in seconds (a week): beyond what the time limit
-# of a process can hold, a limit is no limit (1e30 overflows the timer and stops the session).
 SETTING_KEYS = ("status", "reason", "stage", "rtol", "atol", "timeout")
 ENTRY_KEYS = CASE_KEYS + TARGET_KEYS + SETTING_KEYS
 TOP_KEYS = ("version", "defaults", "tolerances", "cases")
