@@ -10,8 +10,8 @@ fresh DB (not timed), then in the same run, best of ``--repeat``:
 * **pytest + YAML** — the same collection where a test module parses the YAML files itself
   (``yaml.load`` with the C loader when present, no validation) and parametrizes one test per
   case: the RFC's own design and the least any YAML-driven collection does;
-* **plan from the DB** — ``casedb.plan.build_plan`` alone, in process;
-* **YAML parse + validate** — ``casedb.ingest.prepare`` (what importing the same files costs);
+* **plan from the DB** — ``casedb.run.plan.build_plan`` alone, in process;
+* **YAML parse + validate** — ``casedb.ingest.save.prepare`` (what importing the same files costs);
 * **yaml.load alone** — the C loader over the same files, in process.
 
 Both pytest collections are also timed with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (casedb's plugin
@@ -126,9 +126,9 @@ def main() -> None:
 
     import yaml
 
-    from casedb import ingest
-    from casedb.plan import build_plan
-    from casedb.store import Store
+    from casedb.ingest import save as ingest
+    from casedb.run.plan import build_plan
+    from casedb.store.database import Store
 
     with tempfile.TemporaryDirectory(prefix="casedb-bench-collect-") as tmp:
         tmp = Path(tmp)
@@ -189,7 +189,7 @@ def main() -> None:
     print(f"pytest --collect-only, YAML parametrize:     {out['pytest_yaml_wall_s']:6.2f} s wall "
           f"({out['pytest_yaml_collected']} tests; pytest says {out['pytest_yaml_reported_s']} s)")
     print(f"  plan from the DB (in process):             {out['plan_from_db_s']:6.3f} s")
-    print(f"  YAML parse + validate (casedb.ingest):     {out['yaml_parse_and_validate_s']:6.3f} s")
+    print(f"  YAML parse + validate (casedb.ingest.save):     {out['yaml_parse_and_validate_s']:6.3f} s")
     print(f"  yaml.load alone ({out['yaml_loader']}):          {out['yaml_load_only_s']:6.3f} s")
     n = out["no_other_plugins"]
     print(f"without this environment's other pytest plugins: casedb {n['casedb_wall_s']:.2f} s wall "

@@ -43,9 +43,9 @@ def _sig(i: int) -> str:
 
 def generate(path: Path, *, n_cases: int = N_CASES, n_runs: int = N_RUNS, seed: int = 0) -> dict:
     """Write a casedb DB at `path` with the given size; returns row counts."""
-    from casedb.store import Store, shape_summary
+    from casedb.store.database import Store, shape_summary
 
-    from casedb.migrations import m100_views
+    from casedb.store.migrations import m100_views
 
     rng = random.Random(seed)
     store = Store(path)
@@ -147,7 +147,7 @@ def pages(db: Path) -> tuple[dict, dict]:
     import sqlite3
     import urllib.parse
 
-    from casedb.serve import load_metadata
+    from casedb.read.serve import load_metadata
 
     con = sqlite3.connect(db)
     model = con.execute("SELECT name FROM models ORDER BY name LIMIT 1 OFFSET 7").fetchone()[0]
@@ -216,8 +216,8 @@ def main(argv=None) -> int:
             proc.terminate()
             proc.wait(10)
             log.close()
-        from casedb import report
-        from casedb.store import Store
+        from casedb.read import report
+        from casedb.store.database import Store
 
         with Store(db) as store:
             t0 = time.perf_counter()

@@ -242,7 +242,7 @@ def row_cap_cost() -> dict:
     row factory casedb serve installs: best of 20, ms."""
     import sqlite3
 
-    from casedb.datasette_plugin import capped_rows
+    from casedb.read.datasette_plugin import capped_rows
 
     con = sqlite3.connect(":memory:")
     con.execute("CREATE TABLE t (" + ", ".join(f"c{i}" for i in range(20)) + ")")

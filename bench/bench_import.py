@@ -8,7 +8,7 @@ profile of a tiny Llama, repeated with shifted timestamps and, per repetition, o
 ``--variants`` sequence lengths so the trace holds that many distinct shape sets), then in the
 same process:
 
-* **casedb**: ``casedb.ingest.import_paths`` into a fresh DB: read + decode JSON, nest, aggregate,
+* **casedb**: ``casedb.ingest.save.import_paths`` into a fresh DB: read + decode JSON, nest, aggregate,
   resolve overloads, normalize, sign and save (the path ``casedb import --model`` takes);
 * **json.loads alone** (GC paused): the ceiling of any importer built on the stdlib json;
 * **parse only**: ``importers.kineto.parse`` alone;
@@ -143,8 +143,8 @@ def main(argv=None) -> dict:
 
     import torch  # noqa: F401  (loaded by casedb anyway; keep its import time out of the timings)
 
-    from casedb.ingest import import_paths
-    from casedb.store import Store
+    from casedb.ingest.save import import_paths
+    from casedb.store.database import Store
     from importers import kineto
 
     res: dict = {}

@@ -4,8 +4,8 @@
                                   [--backend eager] [--judge both] [--db PATH] [--exclude-op OP] [--json]
 
 The RFC's claim — real shapes and values catch what synthetic tests miss — as a number. The same
-faulty backends (:mod:`casedb.mutants`), the same execution core and the same judge
-(:func:`casedb.target.execute_item`: ``execute.run_case`` + ``execute.judge`` with the
+faulty backends (:mod:`casedb.mutation.mutants`), the same execution core and the same judge
+(:func:`casedb.run.target.execute_item`: ``execute.run_case`` + ``execute.judge`` with the
 ``numerics.Policy`` tolerances, exactly what a ``casedb run`` worker does per case) run, in this
 one process, over:
 
@@ -23,7 +23,7 @@ one process, over:
 
 Per mutant and side: cases the bug changed (the mutant's own note), cases caught (a failing
 outcome), score = caught / changed, over the cases the control (``casedb_mutant_none``) passed —
-:func:`casedb.mutation.classify`, the definition ``casedb mutants`` uses. Needs ``expecttest``
+:func:`casedb.mutation.score.classify`, the definition ``casedb mutants`` uses. Needs ``expecttest``
 (``pip install expecttest``): torch's test internals import it.
 """
 
@@ -66,7 +66,7 @@ class Blobs(dict):
     def put(self, t) -> str:
         import torch
 
-        from casedb.blobs import encode
+        from casedb.cases.blobs import encode
 
         # a fresh dense copy: a "contiguous" view can still have odd strides on size-1 dims
         raw = encode(torch.empty(t.shape, dtype=t.dtype).copy_(t))
@@ -87,7 +87,7 @@ def _value_spec(v, blobs: Blobs):
     """A case input for a sample's argument, or None when casedb cannot hold it."""
     import torch
 
-    from casedb.safe_eval import parse_py_literal
+    from casedb.cases.safe_eval import parse_py_literal
 
     if isinstance(v, torch.Tensor):
         return _tensor_spec(v, blobs)
@@ -111,8 +111,8 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
-    from casedb import plan
-    from casedb.materialize import torch_dtype
+    from casedb.run import plan
+    from casedb.cases.materialize import torch_dtype
 
     by_name: dict[str, list] = {}
     for o in op_db:
@@ -167,7 +167,8 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
 def _verdicts(ex, item, policy) -> dict:
     """judge -> Verdict of one execution for the item's first occurrence, under every judge (judging
     again runs nothing)."""
-    from casedb import execute, numerics
+    from casedb.run import execute
+    from casedb.judge import numerics
 
     occ = item.occurrences[0]
     tols = policy.tolerances(occ, item.case, ex.dtypes() or [item.case["dtype"]])
@@ -178,7 +179,9 @@ def _verdicts(ex, item, policy) -> dict:
 def score_items(items, names, base: str, load_blob, label: str, progress: bool) -> dict:
     """Run the control and each mutant over ``items`` through the execution core (``run_case``, as a
     run's worker calls it) and judge each execution under every judge; tally per judge and mutant."""
-    from casedb import execute, mutants, mutation, numerics
+    from casedb.run import execute
+    from casedb.mutation import mutants, score as mutation
+    from casedb.judge import numerics
 
     os.environ[mutants.BASE_ENV] = base
 
@@ -248,7 +251,7 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
 def rescored(out: dict) -> dict:
     """A saved report with survivors within precision (``mutation.classify``) counted apart, for
     reports saved before that class existed (the survivors carry their ``ulp_err``)."""
-    from casedb.mutation import within_precision
+    from casedb.mutation.score import within_precision
 
     for side in ("real", "opinfo"):
         for per in out[side]["judges"].values():
@@ -339,11 +342,12 @@ def main() -> None:
 
     import torch  # noqa: F401
 
-    from casedb import ingest, mutation
+    from casedb.ingest import save as ingest
+    from casedb.mutation import score as mutation
 
     logging.disable(logging.ERROR)  # dynamo logs every sample it cannot compile (the control reports them)
-    from casedb.plan import build_plan
-    from casedb.store import Store
+    from casedb.run.plan import build_plan
+    from casedb.store.database import Store
 
     names = mutation.pick(args.mutant)
     with tempfile.TemporaryDirectory(prefix="casedb-bench-mutants-") as tmp:

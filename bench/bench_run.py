@@ -11,7 +11,7 @@ included on both sides):
 * **eager**: ``casedb run --backend eager --device cpu -m ""`` (pytest, one xdist worker,
   judging with the default judge — tolerance and ULPs against a high-precision reference — every
   result committed as it arrives; and again with ``--judge tolerance``) vs **bare**: one Python loop doing the same
-  torch work per case — generate the inputs (``casedb.materialize``, so they are the same
+  torch work per case — generate the inputs (``casedb.cases.materialize``, so they are the same
   tensors), call the op on the reference inputs and again on the target inputs, compare
   (``torch.allclose`` on every output tensor). Goal: ratio <= 1.2 for the *run loop* (casedb:
   from the worker being ready to the last result committed, as the run's summary records it;
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 BARE = r'''
 import json, sqlite3, sys, time
 import torch
-from casedb.materialize import prepare
-from casedb.ops import op_info
+from casedb.cases.materialize import prepare
+from casedb.cases.ops import op_info
 
 db, backend = sys.argv[1], sys.argv[2]
 conn = sqlite3.connect(db)
@@ -97,9 +97,9 @@ print(json.dumps({"cases": len(cases), "loop_s": time.perf_counter() - t0, "ok":
 
 def build_db(target: Path, cases: int, inductor_cases: int) -> tuple[Path, Path]:
     """Two DBs from the shipped manifests: `cases` eager cases and `inductor_cases` of them."""
-    from casedb import ingest
-    from casedb.plan import build_plan
-    from casedb.store import SHIPPED_MANIFESTS, Store
+    from casedb.ingest import save as ingest
+    from casedb.run.plan import build_plan
+    from casedb.store.database import SHIPPED_MANIFESTS, Store
 
     full = target / "shipped.db"
     with Store(full) as store:

@@ -36,7 +36,7 @@ MODELS = ("granite4h", "gpt-oss", "granite-vision", "granite-speech")
 # The same build and forward passes as a scan of the default path, with the recorder off.
 FLOOR = """
 import sys, torch
-from casedb import scan
+from casedb.scan import scanner as scan
 recipe = scan.load_recipe(sys.argv[1])
 path = recipe.paths()[0]
 model = scan._build(recipe, path)
@@ -69,15 +69,15 @@ def run_once(model: str, default: str, level: str, tmp: Path) -> dict:
 
 
 def coverage(path: Path) -> dict:
-    from casedb.scan import ScanResult
-    from casedb.scan_report import coverage as report
+    from casedb.scan.scanner import ScanResult
+    from casedb.scan.report import coverage as report
 
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return report(ScanResult(header=lines[0], records=lines[1:], seconds=0.0))
 
 
 def main() -> None:
-    from casedb.scan import load_recipe
+    from casedb.scan.scanner import load_recipe
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))

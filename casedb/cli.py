@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from casedb import __version__
-from casedb.console import clean, terminal
+from casedb.run.console import clean, terminal
 from casedb.errors import CasedbError
 
 app = typer.Typer(
@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 # Data (model and case names, messages) is printed as written: never read as Rich markup or
 # emoji codes (a case named "[/m]" is a name, not a closing tag), never sent as control codes
-# (casedb.console.clean: a name from a database may hold ESC sequences).
+# (casedb.run.console.clean: a name from a database may hold ESC sequences).
 console = terminal()
 err_console = terminal(stderr=True)
 
@@ -54,7 +54,7 @@ def _main(
 
 
 def open_db():
-    from casedb.store import open_store
+    from casedb.store.database import open_store
 
     return open_store(state.db)
 
@@ -89,7 +89,7 @@ def import_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
 ):
     """Import case files into the DB (one transaction: any error leaves it unchanged)."""
-    from casedb.ingest import import_paths
+    from casedb.ingest.save import import_paths
 
     if level is not None and level not in ("top", "leaf"):
         fail(f"--level must be top or leaf, not {level!r}")
@@ -240,7 +240,7 @@ def export_cmd(
     format: str = typer.Option("yaml", "--format", help="yaml (RFC-0186 manifest) or oplog (operator_inp_logs)."),
 ):
     """Write a model's cases as an RFC YAML manifest (or an operator_inp_logs file)."""
-    from casedb import export
+    from casedb.read import export
 
     try:
         if format not in ("yaml", "oplog"):
@@ -282,7 +282,7 @@ def scan_cmd(
     every path of its recipe's matrix (cache, attention, experts, batch, sequence length)."""
     from contextlib import nullcontext
 
-    from casedb.scan import PHASES, scan_command
+    from casedb.scan.scanner import PHASES, scan_command
 
     try:
         with (open_db() if do_import else nullcontext()) as store:
@@ -294,7 +294,7 @@ def scan_cmd(
         emit_json(summary)
         return
     if report:
-        from casedb.scan_report import markdown
+        from casedb.scan.report import markdown
 
         console.print(markdown(summary["report"]), markup=False, highlight=False, soft_wrap=True)
     for p in summary.get("paths", []):
@@ -313,7 +313,7 @@ def scan_cmd(
 def _spec_parameters(*, skip: tuple = (), helps: dict | None = None) -> list[inspect.Parameter]:
     """`casedb run`'s options, one per RunSpec field that has `casedb run` flags (but ``skip``;
     ``helps`` rewords a field's help where another command gives it another meaning)."""
-    from casedb.runspec import SAME, field_default, negative, spec_fields
+    from casedb.run.runspec import SAME, field_default, negative, spec_fields
 
     types = {"list": Optional[List[str]], "bool": bool, "int": int, "float": float, "str": str,
              "str | None": Optional[str], "int | None": Optional[int]}
@@ -345,9 +345,9 @@ def _option(name: str, annotation, default, *decls, help: str) -> inspect.Parame
 
 def run_cmd(**options):
     """Run cases on the device against the CPU reference; record the run in the DB."""
-    from casedb import console as run_console
-    from casedb import runner
-    from casedb.runspec import RunSpec
+    from casedb.run import console as run_console
+    from casedb.run import runner
+    from casedb.run.runspec import RunSpec
 
     resume, as_json, no_progress = options.pop("resume"), options.pop("as_json"), options.pop("no_progress")
     options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
@@ -391,7 +391,7 @@ def repro_cmd(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
 ):
     """Print a standalone Python script (torch only) that reproduces one case."""
-    from casedb import repro
+    from casedb.read import repro
 
     try:
         with open_db() as store:
@@ -414,8 +414,8 @@ def merge_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
 ):
     """Fold runs, results and judgements (and any cases/models missing) from other DBs into one."""
-    from casedb import merge
-    from casedb.store import db_path
+    from casedb.store import merge
+    from casedb.store.database import db_path
 
     try:
         report = merge.merge(into or db_path(state.db), list(sources), combine=combine)
@@ -447,7 +447,7 @@ def report_cmd(
     markdown: bool = typer.Option(False, "--markdown", help="Markdown, for a CI job summary."),
 ):
     """Pass rates per model and op, coverage, dedupe, runtime, trend, and changes since a baseline run."""
-    from casedb import report
+    from casedb.read import report
 
     try:
         with open_db() as store:
@@ -469,7 +469,7 @@ def serve_cmd(
     open_browser: bool = typer.Option(False, "--open", help="Open the browser at the database page."),
 ):
     """Browse the DB in Datasette, read-only: pass-rate views, canned queries, charts, search."""
-    from casedb import serve
+    from casedb.read import serve
 
     try:
         serve.serve(state.db, host=host, port=port, open_browser=open_browser)
@@ -485,7 +485,7 @@ def check_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """List cases whose inputs are invalid for their op (e.g. an index beyond the indexed dim); exit 1 if any."""
-    from casedb import check
+    from casedb.ingest import check
 
     try:
         with open_db() as store:
@@ -507,14 +507,14 @@ def check_cmd(
 
 triage_app = typer.Typer(
     help="Triage files: the expected status of each case per target (known failures, not supported, "
-         "tolerances); see casedb.triage.",
+         "tolerances); see casedb.triage.entries.",
     no_args_is_help=True,
 )
 app.add_typer(triage_app, name="triage")
 
 
 def _triage_files(files) -> list[Path]:
-    from casedb import triage
+    from casedb.triage import entries as triage
 
     paths = list(files or triage.default_paths())
     if not paths:
@@ -530,7 +530,7 @@ def triage_check_cmd(
 ):
     """Check triage files: unknown keys, bad values and patterns, stale entries, entries that tie and
     disagree. Exit 2 when there is a problem (each with file:line); the DB is only read."""
-    from casedb import triage
+    from casedb.triage import entries as triage
 
     paths = _triage_files(files)
     try:
@@ -565,7 +565,7 @@ def triage_update_cmd(
     """Propose triage changes from a run, as a minimal edit of FILE: new failures become known_failure
     (stage, first error line), known failures that pass are removed, unspecified cases that pass are
     promoted to expected_pass. Tolerances are never loosened. The DB is only read."""
-    from casedb import triage
+    from casedb.triage import entries as triage
 
     keys = [] if scope.strip() == "none" else [k.strip() for k in scope.split(",") if k.strip()]
     bad = [k for k in keys if k not in triage.TARGET_KEYS]
@@ -624,7 +624,7 @@ def triage_import_cmd(
 ):
     """Turn the RFC implementation's skip/xfail lists and test-suite config (modes, unlisted_test_mode,
     per-dtype precision) into a triage file."""
-    from casedb import triage
+    from casedb.triage import entries as triage
 
     try:
         text = triage.import_rfc(files, scope={"device": device, "backend": backend, "arch": arch})
@@ -645,17 +645,17 @@ MUTANT_BASE_HELP = ("The real backend the mutants wrap (default eager: dynamo's,
 
 
 def mutants_cmd(**options):
-    """Mutation score: run the control and faulty backends (casedb.mutants) over a model's cases;
+    """Mutation score: run the control and faulty backends (casedb.mutation.mutants) over a model's cases;
     per mutant, the cases it changes and how many of them fail. Exit 1 on a false alarm.
 
     The selection and target options are casedb run's (every mark unless -m is given)."""
-    from casedb import mutation
-    from casedb.runspec import RunSpec
+    from casedb.mutation import score as mutation
+    from casedb.run.runspec import RunSpec
 
     mutant, show, list_only = options.pop("mutant"), options.pop("show"), options.pop("list_only")
     as_json, no_progress = options.pop("as_json"), options.pop("no_progress")
     options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
-    base = options.pop("backend")  # None: casedb.mutants.DEFAULT_BASE
+    base = options.pop("backend")  # None: casedb.mutation.mutants.DEFAULT_BASE
     try:
         if list_only:
             known = mutation.registry(options.get("imports") or [])

@@ -16,7 +16,7 @@ Every option has a ``--casedb-…`` spelling; the RFC's plain spellings (``--mod
 ``--device``, ``--compile-backend``, ``--list-cases`` ...) are registered too, after the
 project's own conftest.py files are loaded, for each name nobody else owns (a project whose
 conftest defines ``--model`` keeps it, and selects casedb models with ``--casedb-model``).
-Run options come from :class:`casedb.runspec.RunSpec`.
+Run options come from :class:`casedb.run.runspec.RunSpec`.
 
 A session that runs model-op tests is recorded in the DB as a run, exactly as ``casedb run``
 records one (``casedb run`` *is* such a session). Two objects do the work, as pytest-xdist
@@ -96,7 +96,7 @@ def _spec_dest(name: str) -> str:
 
 
 def pytest_addoption(parser):
-    from casedb.runspec import field_default, negative, spec_fields
+    from casedb.run.runspec import field_default, negative, spec_fields
 
     g = parser.getgroup("casedb", "casedb: model operator cases from the case DB (RFC-0186)")
     _RFC_ALIASES.clear()
@@ -173,7 +173,7 @@ def _has_markexpr(args) -> bool:
 
 def spec_from_config(config):
     """This session's RunSpec, from its options."""
-    from casedb.runspec import RunSpec, spec_fields
+    from casedb.run.runspec import RunSpec, spec_fields
 
     opt = config.option
     values = {f.name: getattr(opt, _spec_dest(f.name)) for f, flag in spec_fields() if flag.pytest}
@@ -189,7 +189,7 @@ def spec_from_config(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    from casedb import marks as marks_mod
+    from casedb.cases import marks as marks_mod
 
     for name, doc in marks_mod.DERIVED.items():
         config.addinivalue_line("markers", f"{name}: {doc} (casedb derived mark)")
@@ -221,7 +221,7 @@ def pytest_cmdline_main(config):
     try:
         _listing(config)
     except (CasedbError, ValueError) as e:
-        from casedb.console import clean
+        from casedb.run.console import clean
 
         print(clean(f"ERROR: {e}"))
         return pytest.ExitCode.USAGE_ERROR
@@ -237,7 +237,7 @@ def pytest_collection_modifyitems(session, config, items):
         return
     if not (config.getini("strict_markers") or getattr(config.option, "strict_markers", False)):
         return
-    from casedb import marks as marks_mod
+    from casedb.cases import marks as marks_mod
 
     registered = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
     problem = marks_mod.unknown_marks(cases.spec.markexpr, registered)
@@ -250,10 +250,10 @@ def _db_arg(config) -> str | None:
 
 
 def _listing(config) -> None:
-    from casedb import marks as marks_mod
-    from casedb.console import clean
-    from casedb.plan import model_mark
-    from casedb.store import open_store
+    from casedb.cases import marks as marks_mod
+    from casedb.run.console import clean
+    from casedb.run.plan import model_mark
+    from casedb.store.database import open_store
 
     opt = config.option
     models = opt.casedb_models or None
@@ -303,7 +303,7 @@ class _Cases:
         self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
         self.spec = spec_from_config(config)
         if config.option.casedb_run_id is None:  # (casedb run hands its session the files it chose)
-            from casedb.triage import run_paths
+            from casedb.triage.entries import run_paths
 
             # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
             # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
@@ -320,7 +320,7 @@ class _Cases:
         # absolute: every process of the session (xdist workers too) opens the same file;
         # resolved on first use, so sessions without model-op tests never import the store
         if self._db_path is None:
-            from casedb.store import db_path
+            from casedb.store.database import db_path
 
             self._db_path = str(db_path(_db_arg(self.config)).resolve())
         return self._db_path
@@ -328,8 +328,8 @@ class _Cases:
     def plan(self):
         if self._plan is None:
             from casedb.errors import CasedbError
-            from casedb.plan import build_plan
-            from casedb.store import open_store
+            from casedb.run.plan import build_plan
+            from casedb.store.database import open_store
 
             try:
                 with _db_lock(self.db_path), open_store(self.db_path) as store:
@@ -341,7 +341,7 @@ class _Cases:
         return self._plan
 
     def item_for(self, nodeid: str):
-        from casedb.plan import param_id
+        from casedb.run.plan import param_id
 
         pid = param_id(nodeid)
         if pid is None:
@@ -364,9 +364,9 @@ class Worker:
 
     @property
     def triage(self):
-        """The run's triage files (casedb.triage.Triage), or None without any."""
+        """The run's triage files (casedb.triage.entries.Triage), or None without any."""
         if self._triage is None and self.cases.spec.triage:
-            from casedb import triage
+            from casedb.triage import entries as triage
             from casedb.errors import CasedbError
 
             try:
@@ -381,7 +381,7 @@ class Worker:
 
     def store(self):
         if self._store is None:
-            from casedb.store import Store
+            from casedb.store.database import Store
 
             self._store = Store(self.cases.db_path)
         return self._store
@@ -401,7 +401,7 @@ class Worker:
     def pytest_generate_tests(self, metafunc):
         if ARG not in metafunc.fixturenames:
             return
-        from casedb.plan import model_mark
+        from casedb.run.plan import model_mark
 
         params = []
         plan = self.cases.plan()
@@ -422,11 +422,11 @@ class Worker:
     def pytest_collection_modifyitems(self, session, config, items):
         if not any(_item_param(item) is not None for item in items):
             return
-        from casedb import marks as marks_mod
+        from casedb.cases import marks as marks_mod
         from casedb.errors import CasedbError
-        from casedb.history import connect, done_keys
-        from casedb.plan import in_shard, op_matches
-        from casedb.runspec import parse_shard
+        from casedb.store.history import connect, done_keys
+        from casedb.run.plan import in_shard, op_matches
+        from casedb.run.runspec import parse_shard
 
         spec = self.cases.spec
         try:
@@ -465,7 +465,7 @@ class Worker:
         entry's timeout becomes the test's."""
         if self.triage is None:
             return True
-        from casedb.target import TargetError, entries_timeout, triage_entries, triage_target
+        from casedb.run.target import TargetError, entries_timeout, triage_entries, triage_target
 
         try:
             where = triage_target(self.target())
@@ -485,7 +485,7 @@ class Worker:
             # import torch and the --import modules now (in a worker: before it reports its
             # collection), so the first case's time and its --timeout are its own; an unusable
             # target is reported by the first case
-            from casedb.target import TargetError
+            from casedb.run.target import TargetError
 
             try:
                 self.target()
@@ -494,7 +494,7 @@ class Worker:
 
     def target(self):
         """The prepared target of this process (imports done, device resolved), or raises."""
-        from casedb.target import Target, TargetError, prepare_target
+        from casedb.run.target import Target, TargetError, prepare_target
 
         if self._target_error is not None:
             raise TargetError(self._target_error)
@@ -535,9 +535,9 @@ class Controller:
     def _check_db(self) -> None:
         # Opening here (before workers start) creates and seeds a new default DB once, and turns
         # an unknown --model or a bad option into a usage error.
-        from casedb import triage
+        from casedb.triage import entries as triage
         from casedb.errors import CasedbError
-        from casedb.store import open_store
+        from casedb.store.database import open_store
 
         try:
             self.cases.spec.validate()
@@ -549,7 +549,7 @@ class Controller:
             raise pytest.UsageError(str(e)) from None
 
     def _attach_run(self) -> None:
-        from casedb.history import connect, get_run, high_water
+        from casedb.store.history import connect, get_run, high_water
 
         conn = connect(self.cases.db_path)
         try:
@@ -572,13 +572,13 @@ class Controller:
             self._selected(list(ids))
 
     def _selected(self, nodeids: list[str]) -> None:
-        from casedb.plan import param_id
+        from casedb.run.plan import param_id
 
         self.selected = [n for n in nodeids if param_id(n) is not None]
         if self.cases.run_id is None and not self.selected:
             return  # a session without model-op tests records nothing
-        from casedb import history
-        from casedb.runspec import SELECTION_VERSION
+        from casedb.store import history
+        from casedb.run.runspec import SELECTION_VERSION
 
         items = [it for it in (self.cases.item_for(n) for n in self.selected) if it is not None]
         opt = self.config.option
@@ -621,7 +621,7 @@ class Controller:
         it = self.cases.item_for(report.nodeid)
         if it is None or it.key in self.recorded:
             return
-        from casedb.target import lost_payload
+        from casedb.run.target import lost_payload
 
         payload = _payload(report)
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
@@ -663,9 +663,9 @@ class Controller:
         target is resolved here without the --import modules: the workers have the prepared one,
         but a lost case is judged in this process."""
         if self._triage_where is None:
-            from casedb import triage
+            from casedb.triage import entries as triage
             from casedb.errors import CasedbError
-            from casedb.target import resolve_arch, resolve_device
+            from casedb.run.target import resolve_arch, resolve_device
 
             spec, loaded = self.cases.spec, None
             if spec.triage:
@@ -679,14 +679,14 @@ class Controller:
         return self._triage_where
 
     def _lost_payload(self, it, outcome: str, reason: str, detail: str | None = None) -> dict:
-        from casedb.target import lost_payload
+        from casedb.run.target import lost_payload
 
         triage, where = self._triage()
         return lost_payload(it, outcome, reason, detail, triage=triage, where=where)
 
     def _timeout(self, it) -> tuple[float | None, str]:
         """The case's time limit and what set it: its triage entry's ``timeout``, else --timeout."""
-        from casedb.target import entries_timeout, triage_entries
+        from casedb.run.target import entries_timeout, triage_entries
 
         own = entries_timeout(triage_entries(it, *self._triage()))
         if own:
@@ -736,7 +736,7 @@ class Controller:
         return missing
 
     def pytest_sessionfinish(self, session, exitstatus):
-        from casedb import history
+        from casedb.store import history
 
         # a session pytest could not complete (collection errors, Ctrl-C) leaves the run resumable
         broken = int(exitstatus) not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
@@ -864,7 +864,7 @@ def _crash_line(tail: str | None) -> str | None:
 def test_model_op(casedb_case, request):
     """One operator case from the casedb DB: the CPU eager reference vs --device / --compile-backend."""
     from casedb.outcomes import UNEXPECTED
-    from casedb.target import TargetError, execute_item, failure_message
+    from casedb.run.target import TargetError, execute_item, failure_message
 
     worker = request.config.stash[_WORKER]
     try:

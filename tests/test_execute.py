@@ -1,4 +1,4 @@
-"""casedb.execute: run_case + judge, with real torch execution on the CPU."""
+"""casedb.run.execute: run_case + judge, with real torch execution on the CPU."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from casedb.blobs import encode as tensor_bytes
-from casedb.execute import Execution, check_backend, judge, run_case
+from casedb.cases.blobs import encode as tensor_bytes
+from casedb.run.execute import Execution, check_backend, judge, run_case
 
 DATA = Path(__file__).resolve().parent / "data"
 SIG = "5eed" + "cd" * 30
@@ -21,7 +21,7 @@ SIG = "5eed" + "cd" * 30
 def load_custom_ops():
     """tests/data/custom_ops.py, imported once (it registers ops and a dynamo backend) as
     --import imports it: cases may call the ops of a namespace an --import registered."""
-    from casedb.target import import_module
+    from casedb.run.target import import_module
 
     return import_module(str(DATA / "custom_ops.py"))
 
@@ -55,7 +55,7 @@ def test_judging_again_with_other_tolerances_does_not_rerun(monkeypatch):
     def no_calls(*a, **k):
         raise AssertionError("judge ran the op")
 
-    monkeypatch.setattr("casedb.execute._call", no_calls)
+    monkeypatch.setattr("casedb.run.execute._call", no_calls)
     strict = judge(ex, rtol=1e-6, atol=1e-6)
     loose = judge(ex, rtol=0.05, atol=0.05)
     assert strict.outcome == "failed" and loose.outcome == "passed"
@@ -96,12 +96,12 @@ def test_undeclared_write_is_detected(monkeypatch):
         x.fill_(v)
         return x.sum()
 
-    import casedb.ops
+    import casedb.cases.ops
 
     monkeypatch.setattr(torch, "casedb_sneaky_fill", sneaky_fill, raising=False)
     # a torch function the allow-list knows (casedb never calls an arbitrary function under torch)
-    monkeypatch.setattr(casedb.ops, "EXTRA_TORCH_FUNCTIONS", casedb.ops.EXTRA_TORCH_FUNCTIONS | {"casedb_sneaky_fill"})
-    casedb.ops.op_info.cache_clear()
+    monkeypatch.setattr(casedb.cases.ops, "EXTRA_TORCH_FUNCTIONS", casedb.cases.ops.EXTRA_TORCH_FUNCTIONS | {"casedb_sneaky_fill"})
+    casedb.cases.ops.op_info.cache_clear()
     ex = run_case(case("torch.casedb_sneaky_fill", T([4]), {"value": 2.0}))
     assert ex.mutated == ["args[0]"] and ex.target["args[0]"].tolist() == [2.0] * 4
     assert judge(ex, rtol=0, atol=0).outcome == "passed"
@@ -167,11 +167,11 @@ def test_determinism(monkeypatch):
         calls.append(1)
         return x + (1.0 if len(calls) > 2 else 0.0)  # reference, target #1 agree; target #2 drifts
 
-    import casedb.ops
+    import casedb.cases.ops
 
     monkeypatch.setattr(torch, "casedb_drifting", drifting, raising=False)
-    monkeypatch.setattr(casedb.ops, "EXTRA_TORCH_FUNCTIONS", casedb.ops.EXTRA_TORCH_FUNCTIONS | {"casedb_drifting"})
-    casedb.ops.op_info.cache_clear()
+    monkeypatch.setattr(casedb.cases.ops, "EXTRA_TORCH_FUNCTIONS", casedb.cases.ops.EXTRA_TORCH_FUNCTIONS | {"casedb_drifting"})
+    casedb.cases.ops.op_info.cache_clear()
     c = case("torch.casedb_drifting", T([8]))
     ex = run_case(c, check_determinism=True)
     assert ex.deterministic is False and "differ" in ex.determinism_detail
@@ -212,8 +212,8 @@ def test_custom_ops():
     assert ex.t_ref >= 0.2 and ex.t_exec >= 0.2 and judge(ex, rtol=0, atol=0).outcome == "passed"
     ex = run_case(case("torch.ops.casedb_test.wrong_on_device", T([4])))
     assert judge(ex, rtol=0, atol=0).outcome == "passed"  # right on the CPU
-    code = (f"from casedb.target import import_module; import_module({str(DATA / 'custom_ops.py')!r}); "
-            "from casedb.execute import run_case;"
+    code = (f"from casedb.run.target import import_module; import_module({str(DATA / 'custom_ops.py')!r}); "
+            "from casedb.run.execute import run_case;"
             "run_case({'signature': '0' * 64, 'op': 'torch.ops.casedb_test.abort',"
             "'inputs': [{'tensor': {'shape': [2], 'dtype': 'float32', 'init': 'zeros'}}]})")
     out = subprocess.run([sys.executable, "-c", code], cwd=DATA.parents[1], capture_output=True, timeout=300)
@@ -248,8 +248,8 @@ def test_execution_is_a_plain_dataclass():
 
 
 def test_constant_kind_measured_in_chunks_as_whole(monkeypatch):
-    import casedb.compare as cmp
-    from casedb.execute import _constant_kind
+    import casedb.judge.compare as cmp
+    from casedb.run.execute import _constant_kind
 
     tol = (1.3e-6, 1e-5)
     tensors = {"zero": torch.full((5, 7), 1e-6), "constant": torch.full((5, 7), 3.0),

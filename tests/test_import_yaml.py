@@ -33,7 +33,7 @@ def test_template_rows_are_normalized(cli, data_dir, db_path):
         {"tensor": {"shape": [32, 5760], "dtype": "float16", "init": "rand"}},
         {"py": "(Ellipsis, None, slice(None, None, None))"},
     ]
-    # the case sets no tolerance of its own: casedb.numerics gives one per compared dtype (the
+    # the case sets no tolerance of its own: casedb.judge.numerics gives one per compared dtype (the
     # manifest default for its fp16 outputs), at run time
     assert (r["op"], r["cdtype"], json.loads(r["derived"]), r["rtol"], r["atol"]) == (
         "torch.getitem", "float16", ["constant"], None, None)
@@ -269,7 +269,7 @@ def test_shipped_manifests_load_as_safe_loader_reads_them(data_dir, loader):
     import yaml
 
     from importers import yaml_manifest
-    from casedb.store import SHIPPED_MANIFESTS
+    from casedb.store.database import SHIPPED_MANIFESTS
 
     paths = sorted(SHIPPED_MANIFESTS.glob("**/*.yaml")) + sorted(data_dir.glob("**/*.yaml"))
     assert len(paths) > 20

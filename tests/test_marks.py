@@ -1,7 +1,7 @@
 import pytest
 
-from casedb.casespec import normalize_case
-from casedb.marks import MarkExpression
+from casedb.cases.spec import normalize_case
+from casedb.cases.marks import MarkExpression
 
 
 def derived(inputs, attrs=None, dtype="fp16"):

@@ -1,4 +1,4 @@
-"""casedb.materialize: deterministic, portable inputs; values, presets, blobs, device strings."""
+"""casedb.cases.materialize: deterministic, portable inputs; values, presets, blobs, device strings."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from casedb.blobs import decode as tensor_from_bytes
-from casedb.blobs import encode as tensor_bytes
-from casedb.materialize import MaterializeError, case_seed, materialize, prepare
+from casedb.cases.blobs import decode as tensor_from_bytes
+from casedb.cases.blobs import encode as tensor_bytes
+from casedb.cases.materialize import MaterializeError, case_seed, materialize, prepare
 
 SIG = "9f2c" + "ab" * 30
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def test_same_case_same_bytes_and_pinned_values():
 def test_values_do_not_depend_on_cpu_kernels():
     # torch's float32 normal kernel differs between AVX2/AVX512 and the default (ARM, s390x ...) build;
     # casedb's generation must not.
-    code = ("from tests.test_materialize import GOLDEN, digest; from casedb.materialize import materialize;"
+    code = ("from tests.test_materialize import GOLDEN, digest; from casedb.cases.materialize import materialize;"
             "print(digest(materialize(GOLDEN, 'cpu')[0]))")
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

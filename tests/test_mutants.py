@@ -1,4 +1,4 @@
-"""casedb mutants: faulty backends (casedb.mutants), each caught on a case made for it; the control clean."""
+"""casedb mutants: faulty backends (casedb.mutation.mutants), each caught on a case made for it; the control clean."""
 
 import json
 import sqlite3
@@ -66,7 +66,7 @@ EXPECTED = {  # mutant -> the cases whose result it changes
 }
 
 USER_MUTANTS = '''\
-from casedb.mutants import mutant
+from casedb.mutation.mutants import mutant
 
 
 @mutant("halved", kind="output")
@@ -109,7 +109,7 @@ def tiny_db(tmp_path_factory):
 
 def test_every_mutant_over_a_tiny_model(tiny_db):
     """One command, every mutant (one test: the 14 runs are its cost, paid once under -n 2)."""
-    from casedb import mutants
+    from casedb.mutation import mutants
 
     res = invoke(tiny_db, "mutants", "--model", "tiny", "-j", "0", "--json")
     assert res.exit_code == 0, res.output
@@ -147,7 +147,7 @@ def test_every_mutant_over_a_tiny_model(tiny_db):
         sel = json.loads(r["selection"])
         assert sel["mutation"] == {"mutant": r["backend"][len(mutants.PREFIX):], "base": "eager",
                                    "control_run": c["run_id"]}
-        assert sel["options"]["markexpr"] == "" and sel["options"]["imports"] == ["casedb.mutants"]
+        assert sel["options"]["markexpr"] == "" and sel["options"]["imports"] == ["casedb.mutation.mutants"]
     notes = rows(tiny_db, "SELECT json_extract(metrics, '$.notes.mutant') AS note FROM results WHERE run_id = ?",
                  [c["run_id"]])
     assert [json.loads(n["note"]) for n in notes] == [{"name": "none", "changed": False, "base": "eager"}] * 7
@@ -223,7 +223,8 @@ def test_a_mutant_that_does_not_apply_changes_nothing():
     """Called directly as dynamo backends: no bug where the pattern is absent, the call as the base makes it."""
     import torch
 
-    from casedb import execute, mutants  # noqa: F401 (registers the backends)
+    from casedb.run import execute  # noqa: F401 (registers the backends)
+    from casedb.mutation import mutants
 
     x = torch.arange(12.0).reshape(3, 4)
     for name in ("noncontiguous", "index_off_by_one", "inplace_lost", "broadcast", "low_precision_acc", "nan_inf"):
@@ -237,7 +238,7 @@ def test_a_mutant_that_does_not_apply_changes_nothing():
 def test_copies_keep_the_layout_compiled_code_expects():
     import torch
 
-    from casedb.mutants import copy_input, same
+    from casedb.mutation.mutants import copy_input, same
 
     base = torch.randn(6, 10)
     for x in (base[:, 1:8:2], base.t(), torch.randn(1, 5).expand(4, 5), base[2:]):
@@ -252,7 +253,7 @@ def test_low_precision_layer_norm_keeps_eager_dtypes_and_shapes():
     """The bf16-accumulating layer norm returns what the CPU kernel does, mean and rstd included."""
     import torch
 
-    from casedb.mutants import _LowPrecisionAccumulation
+    from casedb.mutation.mutants import _LowPrecisionAccumulation
 
     x = torch.randn(4, 640, dtype=torch.bfloat16)
     ref = torch.ops.aten.native_layer_norm(x, [640], None, None, 1e-5)

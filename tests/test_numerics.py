@@ -4,11 +4,11 @@ proof that the target ran: each against a target that is wrong on purpose and a 
 import pytest
 import torch
 
-from casedb import execute
-from casedb.compare import compare
-from casedb.execute import judge, run_case
-from casedb.materialize import materialize
-from casedb.numerics import Policy, Rule, Tolerance, rules_from
+from casedb.run import execute
+from casedb.judge.compare import compare
+from casedb.run.execute import judge, run_case
+from casedb.cases.materialize import materialize
+from casedb.judge.numerics import Policy, Rule, Tolerance, rules_from
 
 SIG = "ab" * 32
 

@@ -1,4 +1,4 @@
-"""casedb.ops: op-name resolution and classification (writes / random output)."""
+"""casedb.cases.ops: op-name resolution and classification (writes / random output)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from casedb.ops import UnknownOpError, get_arg, op_info, resolve_op
+from casedb.cases.ops import UnknownOpError, get_arg, op_info, resolve_op
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -8,9 +8,9 @@ import torch
 import torch._dynamo
 from typer.testing import CliRunner
 
-import casedb.execute  # noqa: F401
-import casedb.runner  # noqa: F401
-import casedb.store  # noqa: F401
+import casedb.run.execute  # noqa: F401
+import casedb.run.runner  # noqa: F401
+import casedb.store.database  # noqa: F401
 import importers.yaml_manifest  # noqa: F401 (its PyYAML classes must not be re-imported by a pytester session)
 from tests.conftest import rows
 
@@ -123,7 +123,7 @@ def collected(result) -> list[str]:
 
 
 def occurrences(db, models, markexpr=None):
-    from casedb.store import Store
+    from casedb.store.database import Store
 
     with Store(db) as store:
         return store.occurrences(models, markexpr=markexpr)
@@ -134,7 +134,7 @@ def occurrences(db, models, markexpr=None):
 # ------------------------------------------------------------------------------ collection
 
 def test_collect_only_is_the_models_cases_minus_the_default_excluded_marks(ptr, db):
-    from casedb.marks import DEFAULT_EXCLUDE
+    from casedb.cases.marks import DEFAULT_EXCLUDE
 
     res = ptr.runpytest("--model", "alpha", "--collect-only", "-q")
     want = {r["signature"] for r in occurrences(db, ["alpha"], markexpr=DEFAULT_EXCLUDE)}
@@ -225,8 +225,8 @@ def test_casedb_run_refuses_an_unknown_mark_before_running(db, cli):
 
 
 def test_without_model_only_a_smoke_set(ptr, db):
-    from casedb.marks import DEFAULT_EXCLUDE
-    from casedb.plan import SMOKE_SIZE
+    from casedb.cases.marks import DEFAULT_EXCLUDE
+    from casedb.run.plan import SMOKE_SIZE
 
     ids = collected(ptr.runpytest("--collect-only", "-q"))
     kept = occurrences(db, None, markexpr=DEFAULT_EXCLUDE)

@@ -195,7 +195,7 @@ def test_judgement_counts_follow_inserts_updates_and_deletes(cli, two_runs, db_p
 
 
 def test_view_migration_is_idempotent(cli, two_runs, db_path):
-    from casedb.migrations import m100_views
+    from casedb.store.migrations import m100_views
 
     before = rows(db_path, "SELECT * FROM model_pass_rates ORDER BY run_id, model")
     db = sqlite_utils.Database(db_path)

@@ -135,8 +135,8 @@ def same(a, b, where="args"):
 
 
 def test_script_rebuilds_exactly_the_inputs_materialize_makes(cli, db, tmp_path):
-    from casedb.materialize import materialize
-    from casedb.store import Store
+    from casedb.cases.materialize import materialize
+    from casedb.store.database import Store
 
     path = write_repro(cli, tmp_path, "rich::many_inputs", "--device", "cpu", "--backend", "eager")
     ns = runpy.run_path(str(path), run_name="repro")

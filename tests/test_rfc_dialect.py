@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from casedb import casespec, execute, safe_eval, valid_inputs
-from casedb.numerics import Policy
-from casedb.store import Store
+from casedb.cases import spec as casespec, safe_eval, valid_inputs
+from casedb.run import execute
+from casedb.judge.numerics import Policy
+from casedb.store.database import Store
 from tests.conftest import rows, sha256_of
 
 DIALECT = Path(__file__).parent / "data" / "rfc_dialect"
@@ -188,7 +189,7 @@ def _run_all(db_path, model):
 def test_dialect_runs_eager_on_cpu_with_reference_errors_only_for_invalid_cases(cli, db_path):
     cli("import", DIALECT / "rfc-dialect.yaml")
     with Store(db_path) as store:
-        from casedb import check
+        from casedb.ingest import check
 
         invalid = {r["case"] for r in check.check_store(store)}
     results = _run_all(db_path, "rfc-dialect")
@@ -216,7 +217,7 @@ def test_dialect_runs_eager_on_cpu_with_reference_errors_only_for_invalid_cases(
 ])
 @pytest.mark.parametrize("op", ["torch.getitem", "operator.getitem", "operator.__getitem__"])
 def test_getitem_indexes_the_sequence(op, index, expect):
-    from casedb.materialize import prepare
+    from casedb.cases.materialize import prepare
 
     chunks = {"tensor_list": [{"shape": [1, 4, 3, 2], "dtype": "bf16"} for _ in range(3)]}
     n = normalize({"op": op, "inputs": [chunks, index]})

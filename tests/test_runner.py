@@ -142,14 +142,14 @@ def run_json(cli, *args, db=None, code=0):
 # ---------------------------------------------------------------------------------- the plan
 
 def test_plan_dedupe_groups_occurrences_and_no_dedupe_keeps_them(db):
-    from casedb.plan import build_plan
-    from casedb.store import Store
+    from casedb.run.plan import build_plan
+    from casedb.store.database import Store
 
     with Store(db) as store:
         plan = build_plan(store, ["ra", "rb"])
         flat = build_plan(store, ["ra", "rb"], dedupe=False)
         sigs = {r["name"]: r["signature"] for r in store.occurrences(["ra", "rb"])}
-    from casedb.numerics import Policy
+    from casedb.judge.numerics import Policy
 
     # each occurrence is judged with its own model's tolerance (the manifest default for fp16)
     rtol = lambda it, o: Policy().tolerance(o, it.case, "float16").rtol  # noqa: E731
@@ -165,7 +165,7 @@ def test_plan_dedupe_groups_occurrences_and_no_dedupe_keeps_them(db):
 
 
 def test_shards_partition_the_cases_stably():
-    from casedb.plan import in_shard
+    from casedb.run.plan import in_shard
 
     sigs = [f"{i:08x}" + "0" * 56 for i in range(0, 4000, 7)]
     for n in (1, 2, 3, 5):
@@ -457,7 +457,7 @@ def test_fresh_clone_runs_a_shipped_model_from_the_default_db(tmp_path, monkeypa
     from typer.testing import CliRunner
 
     from casedb.cli import app
-    from casedb.store import SHIPPED_MANIFESTS
+    from casedb.store.database import SHIPPED_MANIFESTS
 
     if not (SHIPPED_MANIFESTS / "granite4h.yaml").exists():
         pytest.fail("manifests/granite4h.yaml is not shipped")

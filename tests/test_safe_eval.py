@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from casedb.safe_eval import UnsafeExpression, canonical_py, evaluate_condition, parse_py_literal
+from casedb.cases.safe_eval import UnsafeExpression, canonical_py, evaluate_condition, parse_py_literal
 
 
 @pytest.mark.parametrize("src, expected", [

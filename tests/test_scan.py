@@ -15,8 +15,9 @@ import transformers
 import yaml
 from typer.testing import CliRunner
 
-from casedb import casespec, scan, valid_inputs
-from casedb.execute import judge, run_case
+from casedb.cases import spec as casespec, valid_inputs
+from casedb.scan import scanner as scan
+from casedb.run.execute import judge, run_case
 from casedb.cli import app
 from importers import scan_jsonl
 
@@ -218,8 +219,8 @@ def test_single_phase(recipes):
 # ---------------------------------------------------------------------------- JSONL + import
 
 def test_jsonl_round_trip_and_import(recipes, tmp_path):
-    from casedb.ingest import import_paths
-    from casedb.store import Store
+    from casedb.ingest.save import import_paths
+    from casedb.store.database import Store
 
     r = scanned(recipes, "gpt-oss")
     path = r.write(tmp_path / "oss.jsonl")
@@ -382,8 +383,8 @@ SMALL = 1 << 18  # elements per tensor: what a CI sample can run in a blink
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
-    from casedb.ingest import import_paths
-    from casedb.store import Store
+    from casedb.ingest.save import import_paths
+    from casedb.store.database import Store
 
     store = Store(tmp_path_factory.mktemp("shipped") / "db.sqlite")
     import_paths(store, [MANIFESTS / f"{m}.yaml" for m in TARGETS])
@@ -588,7 +589,7 @@ def test_union_keeps_each_path_and_the_most_calls(matrix_scans):
 
 
 def test_coverage_report(matrix_scans):
-    from casedb import scan_report
+    from casedb.scan import report as scan_report
 
     rep = scan_report.coverage(matrix_scans["tiny-gpt-oss"])
     assert rep["default"] == "dynamic-grouped_mm-b1-s12" and len(rep["paths"]) == 10

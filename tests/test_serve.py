@@ -202,7 +202,7 @@ def test_chart_queries_answer(served):
     status, html = served.get("/-/dashboards/casedb")
     assert status == 200
     assert 'id="chart-pass-rate-over-runs"' in html and 'id="chart-failures-by-op"' in html
-    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[1] / "casedb" / "datasette_metadata.yaml"))[
+    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[1] / "casedb" / "read" / "datasette_metadata.yaml"))[
         "plugins"]["datasette-dashboards"]["casedb"]["charts"]
 
     def chart(name, **params):
@@ -232,7 +232,7 @@ def test_serve_an_empty_db(tmp_path):
 def test_serve_refuses_a_db_being_written(tmp_path):
     """Served immutable, a file a run is still writing would be read half-written: say so instead."""
     from casedb.errors import CasedbError
-    from casedb.serve import prepare
+    from casedb.read.serve import prepare
 
     db = tmp_path / "busy.db"
     runs_data.import_manifests(runs_data.make_cli(db), tmp_path)

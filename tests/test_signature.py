@@ -1,10 +1,10 @@
-"""Signature normalization rules (see casedb/signature.py)."""
+"""Signature normalization rules (see casedb/cases/signature.py)."""
 
 import pytest
 
-from casedb.casespec import normalize_case
+from casedb.cases.spec import normalize_case
 from casedb.errors import InputError
-from casedb.signature import data_seed
+from casedb.cases.signature import data_seed
 
 
 def sig(case, defaults=None):

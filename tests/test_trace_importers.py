@@ -469,7 +469,7 @@ def test_profiler_dtype_names_match_torch_and_casedb(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from casedb import dtypes
+    from casedb.cases import dtypes
 
     for casedb_dtype in kineto.PROFILER_DTYPES.values():
         dtypes.canonical(casedb_dtype)  # every mapped dtype is one the store accepts
@@ -573,7 +573,7 @@ def test_bad_oplog_lines_name_file_and_line(tmp_path, text, line, message):
 
 def test_oplog_write_layouts_values_and_what_it_cannot_write():
     torch = pytest.importorskip("torch")
-    from casedb import presets
+    from casedb.cases import presets
 
     shape = [2, 3, 8]
     tv = presets.transpose_view(torch.zeros(shape), dim0=1, dim1=2).stride()

@@ -1,4 +1,4 @@
-"""Triage files (casedb/triage.py): precedence, verdicts, checks, promotion from a run, the RFC's
+"""Triage files (casedb/triage/entries.py): precedence, verdicts, checks, promotion from a run, the RFC's
 files, and what blocks what (the report and its views)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from casedb import numerics, triage
+from casedb.judge import numerics
+from casedb.triage import entries as triage
 from casedb.errors import InputError
 from tests import runs_data
 from tests.conftest import DATA, sha256_of
@@ -379,7 +380,7 @@ cases:
 
 
 def test_first_error_line():
-    msg = ("backend='<casedb.execute._Probe object at 0x7fe5ebaffb10>' raised:\n"
+    msg = ("backend='<casedb.run.execute._Probe object at 0x7fe5ebaffb10>' raised:\n"
            "RuntimeError: faulty backend: cannot lower mul\n\nSet TORCHDYNAMO_VERBOSE=1")
     assert triage.first_error_line("torch._dynamo.exc.BackendCompilerFailed", msg, None) == \
         "RuntimeError: faulty backend: cannot lower mul"
@@ -470,7 +471,7 @@ def test_blocking_ranking_and_matrix(cli, runs_db):
         {"op": "torch.nn.functional.silu", "model": "model_a", "failing": 1, "occurrences": 1},
         {"op": "torch.nn.functional.softmax", "model": "model_a", "failing": 1, "occurrences": 1},
     ]
-    from casedb import report as report_mod
+    from casedb.read import report as report_mod
 
     matrix = next(s for s in report_mod.sections(report) if s["title"].startswith("Model x op"))
     assert matrix["headers"] == ["op", "model_a", "model_b"]
@@ -514,8 +515,9 @@ def test_update_refuses_a_bad_file_and_fills_an_empty_list(cli, runs_db, tmp_pat
 def test_update_reads_the_arch_the_run_resolved(tmp_path, monkeypatch):
     import torch
 
-    from casedb import history, target
-    from casedb.store import open_store
+    from casedb.store import history
+    from casedb.run import target
+    from casedb.store.database import open_store
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
     assert (target.resolve_arch("cuda"), target.resolve_arch("cuda:1", "sm_80"), target.resolve_arch("cpu")) == (

@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from bench.bench_hostile import measure_apart
-from casedb import materialize
-from casedb.ops import op_info
+from casedb.cases import materialize
+from casedb.cases.ops import op_info
 from tests.conftest import DATA, rows, sha256_of
 from tests.hostile.test_run_hostile import CPU_EAGER, add_case, manifest
 
@@ -52,7 +52,7 @@ def test_a_million_entries_are_refused_at_import_within_bounds(cli, db_path, tmp
 
 
 def test_every_importer_bounds_lists_and_ranks(cli, db_path, tmp_path):
-    """The bound is casedb.casespec's: a scan JSONL (any importer) meets it too."""
+    """The bound is casedb.cases.spec's: a scan JSONL (any importer) meets it too."""
     path = tmp_path / "s.jsonl"
     lines = [{"casedb_scan": 1, "model": "h", "level": "torch", "phase": "prefill"},
              {"type": "case", "count": 1, "where": "m.py:1",

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from markdown_it import MarkdownIt
 
-from casedb import escape, report as report_mod
+from casedb import escape
+from casedb.read import report as report_mod
 from tests import runs_data
 from tests.conftest import rows
 

@@ -1,7 +1,7 @@
 """Dispatcher operators a case may not call (issue 24, item 1).
 
 ``torch.ops.aten.from_file`` with ``shared=True`` creates or grows a file at any path: every
-``torch.ops`` spelling goes through the same allow-list as torch functions (casedb.dispatcher),
+``torch.ops`` spelling goes through the same allow-list as torch functions (casedb.cases.dispatcher),
 at import (exit 2, file:line and case named, DB unchanged) and again at run (the case's resolve
 error; the op is never called). A namespace an --import module registers stays callable.
 """
@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from casedb.casespec import normalize_op
-from casedb.execute import judge, run_case
-from casedb.ops import UnsafeOpError, refuse_unsafe
-from casedb.target import import_module
+from casedb.cases.spec import normalize_op
+from casedb.run.execute import judge, run_case
+from casedb.cases.ops import UnsafeOpError, refuse_unsafe
+from casedb.run.target import import_module
 from tests.conftest import rows
 from tests.hostile.test_import_hostile import manifest, refused  # noqa: F401 (refused: a fixture)
 

@@ -68,9 +68,9 @@ def test_import_replace_during_a_run_leaves_the_run_whole(cli, db_path, tmp_path
 def test_the_recorder_keeps_a_judgement_whose_occurrence_was_deleted_under_it(cli, db_path, tmp_path):
     """`pytest --casedb-model` plans before it records its run: an occurrence deleted in that
     window is recorded without its link, and the session goes on."""
-    from casedb import history
-    from casedb.plan import build_plan
-    from casedb.store import Store
+    from casedb.store import history
+    from casedb.run.plan import build_plan
+    from casedb.store.database import Store
 
     manifest = tmp_path / "naps.yaml"
     manifest.write_text(naps(2, 0.0), encoding="utf-8")

@@ -167,7 +167,7 @@ def test_no_dedupe_records_every_occurrence_whatever_its_name(cli, db_path, tmp_
 
 
 def test_a_run_that_lost_a_result_does_not_report_success(cli, db_path, tmp_path, monkeypatch):
-    from casedb import history
+    from casedb.store import history
 
     manifest(tmp_path / "a.yaml", "m", [add_case("one"), add_case("two", 8), add_case("three", 2)])
     assert cli("import", tmp_path / "a.yaml").exit_code == 0

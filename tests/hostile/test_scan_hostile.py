@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.bench_hostile import measure_apart
-from casedb import scan
+from casedb.scan import scanner as scan
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]

@@ -63,8 +63,8 @@ def test_a_foreign_trigger_refuses_the_file_for_every_command(command, cli, own,
 
 
 def test_a_database_given_by_path_to_the_library_is_checked_too(own, tmp_path):
-    from casedb import triage
-    from casedb.schema_check import UnusableDatabase
+    from casedb.triage import entries as triage
+    from casedb.store.schema_check import UnusableDatabase
 
     write_sql(own, FLIP)
     triage_file = tmp_path / "triage.yaml"
@@ -113,7 +113,7 @@ def test_files_that_are_not_casedb_s_are_refused_and_left_as_they_were(cli, tmp_
 def test_an_older_casedb_s_views_are_accepted_while_a_migration_recreates_them(tmp_path, cli):
     import sqlite_utils
 
-    from casedb.migrations import REPORT_VIEWS, migrations
+    from casedb.store.migrations import REPORT_VIEWS, migrations
 
     db = tmp_path / "old.db"
     migrations.apply(sqlite_utils.Database(db), stop_before="m121_triage")
@@ -158,7 +158,7 @@ def test_control_characters_from_the_database_are_printed_escaped(command, cli, 
 def test_sql_is_compared_token_by_token_literals_exact(cli, own):
     """Quoting a plain name is no change (older sqlite-utils wrote [name]); text inside a string
     literal, or a quoted name that is not one identifier (a string in SQLite's eyes), is."""
-    from casedb.schema_check import normalized
+    from casedb.store.schema_check import normalized
 
     view = "CREATE VIEW v AS SELECT max(id) AS run_id, device FROM runs WHERE x GLOB '*[^a-z]*'"
     assert normalized(view.replace("max(id)", 'max("id")').replace("FROM runs", "FROM  [runs]")) == normalized(view)

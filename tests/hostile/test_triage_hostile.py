@@ -13,7 +13,8 @@ import sqlite3
 import pytest
 import yaml
 
-from casedb import marks, triage
+from casedb.cases import marks
+from casedb.triage import entries as triage
 from casedb.errors import InputError
 from tests import runs_data
 from tests.conftest import rows
@@ -174,7 +175,7 @@ def big_db(tmp_path_factory):
 
 MEASURE = """\
 import json, sys, time
-from casedb import triage
+from casedb.triage import entries as triage
 from importers import yaml_manifest
 path, db = sys.argv[1], sys.argv[2]
 t = time.perf_counter(); yaml_manifest.load(path, 1 << 30); read = time.perf_counter() - t

@@ -1,0 +1,174 @@
+"""Derived marks (the RFC's pytest.ini markers) and marker-expression matching.
+
+Derived marks are computed from what a case executes, so every model that contains the case
+gets the same marks. Exact rules, over every tensor argument (positional, keyword, and each
+element of a tensor list):
+
+* ``largedimtensor`` — a tensor with 4 or more dimensions (the RFC: 4D and 5D tensors).
+* ``fp32operation`` / ``bf16operation`` — the case computes in float32 / bfloat16: the
+  floating dtypes of its tensors promote (torch's rules) to that dtype; a case with no floating
+  tensor computes in the dtype named by a ``dtype``/``torch.<dtype>`` argument, if any.
+* ``constant`` — a positional argument is a non-tensor literal that is a number, a bool, a list
+  or a tuple (``value:`` or ``py:``); ``None``, strings, ``Ellipsis`` and keyword arguments
+  (``attrs``) do not count.
+* ``paddedtensor`` — a tensor whose last dimension is not a multiple of 64 (the Spyre stick
+  size, so the backend must pad it). 0-d tensors are not padded.
+
+Hand-written marks from a manifest are kept beside these (on the model occurrence).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from casedb.cases import dtypes
+
+DERIVED = {
+    "paddedtensor": "tensors whose last dimension is not a multiple of 64 (need padding)",
+    "largedimtensor": "tests for 4D and 5D tensors",
+    "fp32operation": "tests for fp32 operations",
+    "bf16operation": "tests for bfloat16 operations",
+    "constant": "tests for operations with constants",
+}
+# The RFC's pytest.ini addopts: what model-op tests exclude unless -m says otherwise.
+DEFAULT_EXCLUDE = "not largedimtensor and not fp32operation and not bf16operation and not constant"
+STICK = 64
+
+_MARK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_mark_name(name: str) -> bool:
+    return bool(_MARK_NAME.match(name))
+
+
+def iter_tensors(inputs: list, attrs: dict):
+    for spec in list(inputs) + [v for v in attrs.values() if isinstance(v, dict)]:
+        if "tensor" in spec:
+            yield spec["tensor"]
+        elif "file" in spec:
+            yield spec["file"]
+        elif "tensor_list" in spec:
+            yield from spec["tensor_list"]
+
+
+def derive(inputs: list, attrs: dict) -> list[str]:
+    marks = set()
+    tensors = list(iter_tensors(inputs, attrs))
+    for t in tensors:
+        shape = t["shape"]
+        if len(shape) >= 4:
+            marks.add("largedimtensor")
+        if shape and shape[-1] % STICK != 0:
+            marks.add("paddedtensor")
+    computes = dtypes.promote_floating(t["dtype"] for t in tensors)
+    if computes is None:
+        for v in list(attrs.values()) + [s.get("value") for s in inputs if "value" in s]:
+            if isinstance(v, str) and v.startswith("torch."):
+                try:
+                    computes = dtypes.canonical(v)
+                except dtypes.UnknownDtype:
+                    continue
+                break
+    if computes == "float32":
+        marks.add("fp32operation")
+    elif computes == "bfloat16":
+        marks.add("bf16operation")
+    for spec in inputs:
+        if "value" in spec and isinstance(spec["value"], (int, float, list)):
+            marks.add("constant")
+        elif "py" in spec and (spec["py"].startswith(("(", "[")) or _is_number(spec["py"])):
+            marks.add("constant")
+    return sorted(marks)
+
+
+def _is_number(text: str) -> bool:
+    return text in ("True", "False", "inf", "-inf", "nan") or bool(re.fullmatch(r"-?[0-9.e+-]+", text))
+
+
+# What a marker expression may hold: Python's parser recurses per `not` and parenthesis (10^5 of
+# them: RecursionError or MemoryError), and so does matching; real expressions are a few dozen
+# characters and a few levels deep.
+MAX_EXPRESSION_CHARS = 4096
+MAX_EXPRESSION_DEPTH = 64
+
+
+class MarkExpression:
+    """A pytest-style ``-m`` expression (names, and/or/not, parentheses) matched against marks;
+    at most :data:`MAX_EXPRESSION_CHARS` characters and :data:`MAX_EXPRESSION_DEPTH` levels."""
+
+    def __init__(self, text: str):
+        self.text = text.strip()
+        self._tree = None
+        if self.text:
+            if len(self.text) > MAX_EXPRESSION_CHARS:
+                raise ValueError(f"marker expression {_shown(self.text)} is {len(self.text)} characters long; "
+                                 f"at most {MAX_EXPRESSION_CHARS}")
+            try:
+                tree = ast.parse(self.text, mode="eval")
+            except SyntaxError as e:
+                raise ValueError(f"bad marker expression {text!r}: {e.msg}") from None
+            except (RecursionError, MemoryError):
+                tree = None
+            if tree is None or _depth(tree) > MAX_EXPRESSION_DEPTH:
+                raise ValueError(f"marker expression {_shown(self.text)} nests more than {MAX_EXPRESSION_DEPTH} "
+                                 "levels of not, and, or and parentheses; write it flatter")
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp,
+                                         ast.Not, ast.Name, ast.Load)):
+                    raise ValueError(
+                        f"bad marker expression {text!r}: only mark names, and, or, not and parentheses"
+                    )
+            self._tree = tree.body
+
+    def idents(self) -> set[str]:
+        """The mark names the expression mentions."""
+        return {n.id for n in ast.walk(self._tree) if isinstance(n, ast.Name)} if self._tree is not None else set()
+
+    def matches(self, marks) -> bool:
+        if self._tree is None:
+            return True
+        return _match(self._tree, set(marks))
+
+
+def _depth(tree) -> int:
+    """How deep the tree nests (iteratively: a deep tree is what this guards against)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d <= MAX_EXPRESSION_DEPTH:  # (deeper is refused whatever lies below)
+            stack += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}..."
+
+
+def _match(node, marks: set) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in marks
+    if isinstance(node, ast.UnaryOp):
+        return not _match(node.operand, marks)
+    if isinstance(node.op, ast.And):
+        return all(_match(v, marks) for v in node.values)
+    return any(_match(v, marks) for v in node.values)
+
+
+def unknown_marks(markexpr: str, known) -> str | None:
+    """What is wrong with an -m expression naming marks outside ``known`` (None: nothing)."""
+    import difflib
+
+    try:
+        unknown = sorted(MarkExpression(markexpr).idents() - set(known))
+    except ValueError:  # a syntax error: the expression's own check says so
+        return None
+    if not unknown:
+        return None
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"-m {markexpr!r}: no case or model has the mark {', '.join(hints)}; "
+            "pytest --list-cases-by-mark -m '' shows every case's marks")

@@ -1,0 +1,230 @@
+"""Files → stored cases: detect the format, parse, normalize every record, then save once.
+
+Everything is parsed and validated before the database is touched, and the save is one
+transaction, so a bad file leaves the database byte-identical.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import importers
+from casedb.cases import spec as casespec
+from casedb.ingest import check
+from casedb.errors import InputError
+from casedb.store.database import ModelInfo, Occurrence, Store, model_key
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str
+    model: str | None = None
+    records: int = 0           # case records read
+    occurrences: int = 0       # occurrences after merging identical unnamed calls
+    new_cases: int = 0         # signatures not in the DB before (nor earlier in this import)
+    duplicates: int = 0        # occurrences whose case was already known
+    skipped: int = 0
+    skipped_reasons: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # {where, case, problem}: invalid inputs (casedb.ingest.check)
+
+
+@dataclass
+class ImportReport:
+    files: list[FileReport]
+    dry_run: bool = False
+    retired: int = 0   # --replace: occurrences no longer imported but judged by runs (kept for history)
+    removed: int = 0   # --replace: occurrences no longer imported and never judged (deleted)
+
+    def totals(self) -> dict:
+        keys = ("records", "occurrences", "new_cases", "duplicates", "skipped")
+        out = {k: sum(getattr(f, k) for f in self.files) for k in keys}
+        out["files"] = len(self.files)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "files": [asdict(f) for f in self.files], "totals": self.totals(),
+                "retired": self.retired, "removed": self.removed}
+
+
+def expand(paths: Iterable[str | Path]) -> list[Path]:
+    """Files to import: the paths given, folders replaced by their importable files. A folder
+    entry that is not a regular file (a FIFO, a link to a device) is kept, so reading refuses it."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if not f.is_dir() and f.name.lower().endswith(importers.SUFFIXES))
+            if not found:
+                raise InputError("folder has no importable files (.yaml, .jsonl, .json[.gz], .txt)", where=str(p))
+            out += found
+        elif p.exists() or p.is_symlink():
+            out.append(p)
+        else:
+            raise InputError("no such file or folder", where=str(p))
+    for p in out:
+        try:
+            str(p).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("the file name is not valid UTF-8; rename the file", where=ascii(str(p))) from None
+    return out
+
+
+def _auto_name(op: str, sig: str) -> str:
+    short = re.sub(r"^(torch\.ops\.|torch\.nn\.functional\.|torch\.Tensor\.|torch\.)", "", op)
+    return f"{short.replace('.', '_').strip('_')}_{sig[:8]}"
+
+
+def prepare(paths, *, format: str | None = None, model: str | None = None,
+            strict: bool = False, options: dict | None = None, allow_outside: bool = False,
+            max_bytes: int | None = None):
+    """Parse and normalize every file; returns (models, occurrences, reports). No DB access.
+
+    allow_outside: read ``file:`` inputs outside the manifest's folder too. max_bytes: cap on
+    each file read (decompressed), default ``importers.files.MAX_INPUT_BYTES``."""
+    # Many small live objects and no cycles: the collector's repeated walks would dominate.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _prepare(paths, format=format, model=model, strict=strict, options=options,
+                        allow_outside=allow_outside, max_bytes=max_bytes)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes):
+    models: dict[str, ModelInfo] = {}
+    occurrences: dict[tuple[str, str], Occurrence] = {}
+    named_at: dict[tuple[str, str], str] = {}
+    reports = []
+    for path in expand(paths):
+        try:
+            fmt = format or importers.detect(path)
+            mod = importers.module(fmt)
+        except importers.UnknownFormat as e:
+            raise InputError(str(e), where=str(path)) from None
+        if fmt in importers.NEEDS_MODEL and not model:
+            raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
+        accepted = inspect.signature(mod.parse).parameters
+        kwargs = {k: v for k, v in {**(options or {}), "max_bytes": max_bytes}.items()
+                  if k in accepted and v is not None}
+        report = FileReport(path=str(path), format=fmt)
+        file_model: ModelInfo | None = None
+        defaults: dict = {}
+        position = 0
+        file_keys = []
+        try:
+            for rec in mod.parse(path, **kwargs):
+                kind = rec.get("type")
+                if kind == "model":
+                    name = model or rec["name"]
+                    _check_model_name(name, str(path))
+                    defaults = casespec.normalize_defaults(rec.get("defaults"), str(path))
+                    file_model = ModelInfo(name=name, family=rec.get("family"), variant_of=rec.get("variant_of"),
+                                           source=rec.get("source", str(path)), description=rec.get("description"),
+                                           defaults=defaults)
+                    _add_model(models, file_model)
+                    continue
+                if kind == "skipped":
+                    if strict:
+                        raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
+                                         "(drop --strict to skip such records)", where=rec.get("where", str(path)))
+                    report.skipped += 1
+                    report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
+                    continue
+                if kind != "case":
+                    raise InputError(f"parser produced a record of unknown type {kind!r}", where=str(path))
+                report.records += 1
+                name = model or rec.get("model") or (file_model.name if file_model else None)
+                if not name:
+                    raise InputError("these cases do not name their model: pass --model NAME", where=str(path))
+                if file_model is None or model_key(file_model.name) != model_key(name):
+                    _check_model_name(name, rec.get("where") or str(path))
+                    file_model = models.get(model_key(name)) or ModelInfo(name=name, source=str(path))
+                    _add_model(models, file_model)
+                name = file_model.name
+                where = rec.get("where") or str(path)
+                norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent,
+                                               allow_outside=allow_outside, max_bytes=max_bytes)
+                count = int(rec.get("count") or 1)
+                if isinstance(rec["case"], dict) and rec["case"].get("count"):
+                    count = rec["case"]["count"]
+                if norm.name is None:
+                    case_name = _auto_name(norm.op, norm.signature)
+                    if not norm.description:
+                        norm.description = where
+                else:
+                    case_name = norm.name
+                    first = named_at.get((name, case_name))
+                    if first:
+                        raise InputError(f"duplicate case name (first defined at {first}); names are unique per model",
+                                         where=where, case=case_name)
+                    named_at[(name, case_name)] = where
+                key = (name, case_name)
+                if key in occurrences:
+                    occurrences[key].count += count
+                else:
+                    occurrences[key] = Occurrence(model=name, case=norm, name=case_name, source=where,
+                                                  count=count, position=position)
+                    report.occurrences += 1
+                    file_keys.append(key)
+                    report.warnings += check.import_problems(norm, where=where, case=case_name)
+                position += 1
+                report.model = name
+        except (OSError, EOFError, ValueError, KeyError) as e:
+            # A parser's own error on a damaged file: name the file, lose nothing.
+            raise InputError(f"cannot read as {fmt}: {type(e).__name__}: {e}", where=str(path)) from None
+        except RecursionError:
+            raise InputError(f"cannot read as {fmt}: nested too deeply", where=str(path)) from None
+        if strict:
+            check.fail_on(report.warnings)
+        reports.append((report, file_keys))
+    return list(models.values()), occurrences, reports
+
+
+def _check_model_name(name, where: str) -> None:
+    if not isinstance(name, (str, int)) or not str(name).strip():
+        raise InputError(f"the model name must be a non-empty string, got {name!r}", where=where)
+    try:
+        casespec.check_text(str(name), "the model name")
+    except ValueError as e:
+        raise InputError(str(e), where=where) from None
+
+
+def _add_model(models: dict, info: ModelInfo) -> None:
+    key = model_key(info.name)
+    old = models.get(key)
+    if old is None or info.defaults or not old.defaults:
+        models[key] = info
+
+
+def import_paths(store: Store, paths, *, format: str | None = None, model: str | None = None,
+                 dry_run: bool = False, strict: bool = False, replace: bool = False,
+                 options: dict | None = None, allow_outside: bool = False,
+                 max_bytes: int | None = None) -> ImportReport:
+    """Import files into `store` in one transaction (nothing is written on any error).
+
+    replace: each imported model's cases become exactly the imported ones (see Store.save)."""
+    models, occurrences, reports = prepare(paths, format=format, model=model, strict=strict, options=options,
+                                           allow_outside=allow_outside, max_bytes=max_bytes)
+    known = store.existing_signatures(o.case.signature for o in occurrences.values())
+    files = []
+    for report, keys in reports:
+        for key in keys:
+            sig = occurrences[key].case.signature
+            if sig in known:
+                report.duplicates += 1
+            else:
+                report.new_cases += 1
+                known.add(sig)
+        files.append(report)
+    out = ImportReport(files=files, dry_run=dry_run)
+    if not dry_run:
+        saved = store.save(models, occurrences.values(), replace_models=[m.name for m in models] if replace else ())
+        out.retired, out.removed = saved["retired"], saved["removed"]
+    return out

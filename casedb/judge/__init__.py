@@ -1,0 +1,1 @@
+"""Whether a result is right: comparison against the reference and the numerics policy."""

@@ -1,0 +1,194 @@
+"""The numerics policy: which tolerance each compared tensor gets, and which judge decides.
+
+Tolerance of one compared tensor of an occurrence, highest first (each of rtol and atol is
+resolved on its own, so a rule may set only one):
+
+1. the occurrence's own ``rtol``/``atol`` (written on the case in its manifest);
+2. tolerance rules (``tolerances:`` in a triage file, and ``rtol``/``atol`` on its case entries):
+   wildcards over op, model, device, backend and dtype. The most specific matching rule wins:
+   rules that name the case (op, name, model, signature) over rules that name only the target
+   (device, backend), over rules that name only a dtype, over none; naming exactly beats a
+   wildcard pattern; among rules of equal specificity the later one wins (the gpt.rs order:
+   default < dtype < backend < op < backend+op);
+3. the manifest's ``default: rtol/atol`` — for tensors of the manifest's default dtype only
+   (a bf16 manifest's 1.6e-2 never judges a float32 output; a default without a dtype is the
+   RFC's float32);
+4. the default of the tensor's own dtype: torch.testing's table (:data:`DTYPE_DEFAULTS`).
+
+Every judged result records where its tolerance came from (``Tolerance.source``).
+
+Judges (``--judge``): ``tolerance`` (``|target - ref| <= atol + rtol * |ref|`` per element),
+``ulp`` (the target's error against a high-precision CPU reference, in ULPs of the output
+dtype, may be at most ``ULP_K`` times the low-precision CPU reference's own error or
+``ULP_FLOOR`` ULPs; parts without floating values are compared as in ``tolerance``), and
+``both`` (a case passes only when both pass; the default, chosen by the mutation scores in
+bench/README.md). A tolerance written down for the case (on the case or by a rule) is the
+user's decision: the ULP judge does not overrule it, so such a case is judged by tolerance. So
+is a case whose upcast inputs would exceed ``HI_REFERENCE_BYTES``. The high-precision reference is float32 for outputs of 16 bits or less
+(its error is far below one of their ULPs) and float64 otherwise.
+
+Where the ULP judge counts ULPs: at each element's own magnitude, but no lower than the tensor's
+largest / 64 and, for ops that sum many terms (:data:`ACCUMULATING_OPS`: mean, sum, matmul,
+linear, einsum ...), no lower than the sum of the terms' magnitudes (the same call on ``|inputs|``
+in high precision) times float32's epsilon over the output's: a correct implementation's error
+grows with that sum, not with the result, which cancellation can make arbitrarily small (measured:
+inductor's CPU mean of 2880 centred float32 values is 396 ULPs off at the result's magnitude,
+eager's 49, and both are under 0.4 ULPs of the summands' mean). For bf16 and fp16 outputs that
+bound is 2^-16 or 2^-13 of the terms' sum, so their own rounding still decides.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+# torch.testing.assert_close's defaults, keyed by the compared tensor's dtype.
+DTYPE_DEFAULTS = {
+    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5), "complex64": (1.3e-6, 1e-5), "complex128": (1e-7, 1e-7),
+    # no torch.testing default: one step of the 3-bit mantissa
+    "float8_e4m3fn": (0.125, 1e-3), "float8_e5m2": (0.25, 1e-3), "float8_e4m3fnuz": (0.125, 1e-3),
+    "float8_e5m2fnuz": (0.25, 1e-3),
+}
+EXACT = (0.0, 0.0)               # integers and bools: equal
+JUDGES = ("tolerance", "ulp", "both")
+DEFAULT_JUDGE = "both"
+ULP_K = 4.0
+ULP_FLOOR = 4.0
+# The high-precision reference is skipped (the case is judged by tolerance) when its upcast
+# inputs would take more than this: a 100k-vocabulary embedding in float64 is 3 GiB.
+HI_REFERENCE_BYTES = 512 * 2**20
+# Ops whose every output element is a sum of many input terms (products of inputs): their ULP
+# scale reflects the terms' magnitude (see the module docstring). Names as cases spell them.
+ACCUMULATING_OPS = frozenset({
+    "torch.mean", "torch.Tensor.mean", "torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum",
+    "torch.cumsum", "torch.Tensor.cumsum", "torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__",
+    "torch.mm", "torch.Tensor.mm", "torch.bmm", "torch.Tensor.bmm", "torch.nn.functional.linear", "torch.einsum",
+    "torch.addmm", "torch.baddbmm", "torch._grouped_mm", "aten.mm", "aten.bmm", "aten.addmm", "aten.mean",
+    "aten.sum", "aten.linear"})
+RULE_KEYS = ("op", "name", "model", "signature", "device", "backend", "dtype", "rtol", "atol")
+_CASE_KEYS = ("signature", "name", "op", "model")
+_TARGET_KEYS = ("device", "backend")
+
+
+def accumulates(op: str) -> bool:
+    """Whether ``op`` (torch.mean, aten.mm.default, torch.ops.aten.mm ...) is in ACCUMULATING_OPS."""
+    name = op[len("torch.ops."):] if op.startswith("torch.ops.") else op
+    if name.startswith("aten."):
+        name = ".".join(name.split(".")[:2])  # the overload does not matter
+    return name in ACCUMULATING_OPS
+
+
+def default_tolerance(dtype: str) -> tuple[float, float]:
+    return DTYPE_DEFAULTS.get(dtype, EXACT)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    source: str
+    # Set for this case on purpose (the case itself, a rule, the caller): the ULP judge then
+    # stands aside, so a tolerance written down is never overruled. The manifest default and the
+    # dtype table are not: they are the policy's guesses, which the ULP judge refines.
+    explicit: bool = False
+
+
+def _exactness(pattern: str | None) -> int:
+    """2 for an exact value, 1 for a wildcard pattern, 0 for none or '*'."""
+    if pattern is None or pattern == "*":
+        return 0
+    return 1 if any(ch in pattern for ch in "*?[") else 2
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A tolerance rule: patterns (fnmatch, case-insensitive) and the rtol/atol it sets."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    op: str | None = None
+    name: str | None = None
+    model: str | None = None
+    signature: str | None = None
+    device: str | None = None
+    backend: str | None = None
+    dtype: str | None = None
+    where: str = ""
+    order: int = 0
+
+    def matches(self, *, op: str, name: str, model: str, signature: str, device: str, backend: str,
+                dtype: str) -> bool:
+        from casedb.store.database import model_key
+
+        checks = ((self.op, op), (self.name, name), (self.device, device), (self.backend, backend),
+                  (self.dtype, dtype))
+        if self.model is not None and not fnmatch.fnmatchcase(model_key(model), model_key(self.model)):
+            return False
+        if self.signature is not None and not signature.startswith(self.signature.lower()):
+            return False
+        return all(p is None or fnmatch.fnmatchcase(str(v).lower(), p.lower()) for p, v in checks)
+
+    def specificity(self) -> tuple:
+        case = tuple(_exactness(getattr(self, k)) for k in _CASE_KEYS)
+        target = sum(_exactness(getattr(self, k)) for k in _TARGET_KEYS)
+        return (case, target, _exactness(self.dtype), self.order)
+
+    def describe(self) -> str:
+        parts = [f"{k}={getattr(self, k)}" for k in ("signature", "name", "op", "model", "device", "backend", "dtype")
+                 if getattr(self, k) is not None]
+        return f"rule {self.where} ({', '.join(parts) or 'every case'})"
+
+
+@dataclass
+class Policy:
+    """Tolerances for one target (device, backend) under a set of rules."""
+
+    rules: list = field(default_factory=list)
+    device: str = "cpu"
+    backend: str = "eager"
+
+    def tolerances(self, occ: dict, case: dict, dtypes) -> dict[str, Tolerance]:
+        """dtype name -> Tolerance for an occurrence (plan.PlanItem occurrence dict) of ``case``."""
+        return {d: self.tolerance(occ, case, d) for d in dtypes}
+
+    def tolerance(self, occ: dict, case: dict, dtype: str) -> Tolerance:
+        defaults = occ.get("defaults") or {}
+        matching = [r for r in self.rules if r.matches(
+            op=case["op"], name=occ["name"], model=occ["model"], signature=case.get("signature", ""),
+            device=self.device, backend=self.backend, dtype=dtype)]
+        matching.sort(key=Rule.specificity, reverse=True)
+        values, sources, chosen = {}, {}, False
+        for key in ("rtol", "atol"):
+            if occ.get(key) is not None:
+                values[key], sources[key], chosen = occ[key], "the case", True
+                continue
+            rule = next((r for r in matching if getattr(r, key) is not None), None)
+            if rule is not None:
+                values[key], sources[key], chosen = getattr(rule, key), rule.describe(), True
+            elif defaults.get(key) is not None and (defaults.get("dtype") or "float32") == dtype:
+                values[key], sources[key] = defaults[key], f"the manifest default for {dtype}"
+            else:
+                values[key] = default_tolerance(dtype)[0 if key == "rtol" else 1]
+                sources[key] = f"the {dtype} default" if dtype in DTYPE_DEFAULTS else f"exact ({dtype})"
+        source = (sources["rtol"] if sources["rtol"] == sources["atol"]
+                  else f"rtol: {sources['rtol']}; atol: {sources['atol']}")
+        return Tolerance(float(values["rtol"]), float(values["atol"]), source, explicit=chosen)
+
+
+def high_precision(dtypes) -> str:
+    """The dtype of the high-precision reference for outputs of these dtypes."""
+    narrow = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
+    return "float32" if dtypes and all(d in narrow for d in dtypes) else "float64"
+
+
+def rules_from(entries, where: str = "") -> list[Rule]:
+    """Rules from a list of mappings (``tolerances:`` of a rules file), in order."""
+    out = []
+    for i, e in enumerate(entries or ()):
+        kw = {k: e[k] for k in RULE_KEYS if k in e and e[k] is not None}
+        for k in ("rtol", "atol"):
+            if k in kw:
+                kw[k] = float(kw[k])
+        out.append(Rule(**kw, where=e.get("where") or f"{where}[{i}]", order=i))
+    return out

@@ -1,0 +1,581 @@
+"""Faulty backends: a real dynamo backend with one known bug added, to measure what casedb catches.
+
+Each mutant is a small function registered with :func:`mutant`; its docstring names the real bug
+class it models. Importing this module registers one dynamo backend per mutant, named
+``casedb_mutant_<name>`` (``casedb run --import casedb.mutation.mutants --backend casedb_mutant_zeros``;
+``casedb mutants`` runs them all and scores them, see :mod:`casedb.mutation.score`). Every backend
+compiles the graph with a real *base* backend — environment variable ``CASEDB_MUTANT_BASE``,
+default ``eager`` (dynamo's eager backend: the captured graph run by PyTorch), or ``aot_eager``,
+``inductor``, any registered name; read at compile time, so ``-j`` workers inherit it — runs it,
+and adds the bug. ``casedb_mutant_none`` adds nothing: the control.
+
+Kinds (``@mutant(name, kind=...)``):
+
+* ``"output"``: ``f(tensor) -> tensor`` of the same shape and dtype, applied to every tensor the
+  call produces: its outputs, and the inputs it writes into (changed in place, so the written
+  arguments show the bug too). Return the tensor itself where the bug does not apply.
+* ``"input"``: ``f(args) -> list | None``: the arguments the base is called with (``None``: the
+  bug does not apply to this call). Replaced tensors the call writes into are written back.
+* ``"call"``: ``f(call, args) -> outputs | None``: the whole call; ``call(*args)`` runs the base,
+  ``call.gm`` is the captured graph. Must not touch ``args`` before returning ``None``.
+
+Every call notes whether the bug changed anything (``casedb.run.execute.note("mutant", {"name",
+"changed", "base"})``; a run keeps it in ``results.metrics.notes``): the mutated result (outputs
+and written inputs) is compared with the base's true result, computed on copies of the inputs so
+in-place ops are not applied twice (copies keep strides and storage offsets, so compiled code
+sees the layout it was compiled for; inputs whose storage exceeds ``COPY_LIMIT`` are shared and
+assumed read-only). A mutant that raises where the base does not counts as a change.
+
+Users add their own in a module given to ``--import`` (``casedb mutants --import my_bugs.py``)::
+
+    from casedb.mutation.mutants import mutant
+
+    @mutant("halved", kind="output")
+    def halved(y):
+        \"\"\"Outputs halved: a scale applied twice.\"\"\"
+        return y / 2 if y.is_floating_point() else y
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+PREFIX = "casedb_mutant_"
+BASE_ENV = "CASEDB_MUTANT_BASE"
+DEFAULT_BASE = "eager"
+KINDS = ("output", "input", "call")
+CONTROL = "none"
+COPY_LIMIT = 256 * 2**20   # bytes of storage above which an input is shared, not copied
+TILE = 64                  # the padding mutant's tile width
+LARGE = 2**16              # elements from which the large-tensor mutant's tiling applies
+CORES = 8                  # ... over this many cores
+ULP_ERROR = 16             # the k of the k-ULP error
+REL_ERROR = 1e-3           # the relative error mutant's error
+ACC_BLOCK = 64             # elements summed exactly before the low-precision accumulator rounds
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    kind: str
+    fn: Callable
+    doc: str
+
+    @property
+    def backend(self) -> str:
+        return PREFIX + self.name
+
+
+MUTANTS: dict[str, Mutant] = {}
+
+
+def mutant(name: str, kind: str = "output"):
+    """Register ``fn`` as mutant ``name`` and as the dynamo backend ``casedb_mutant_<name>``."""
+    if kind not in KINDS:
+        raise ValueError(f"mutant kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"mutant name must be letters, digits and '_', not {name!r}")
+
+    def register(fn):
+        MUTANTS[name] = Mutant(name, kind, fn, " ".join((fn.__doc__ or "").split()))
+        try:
+            torch._dynamo.register_backend(_backend(name), name=PREFIX + name)
+        except AssertionError:  # registered by an earlier import: the backend looks MUTANTS up per compile
+            pass
+        return fn
+
+    return register
+
+
+def bugs() -> list[str]:
+    """The names of the registered mutants, the control left out, in registration order."""
+    return [n for n in MUTANTS if n != CONTROL]
+
+
+def base_backend() -> str:
+    return os.environ.get(BASE_ENV) or DEFAULT_BASE
+
+
+# ------------------------------------------------------------------------------------ the wrapper
+
+class _Call:
+    """The base's compiled graph, callable, with the graph it came from."""
+
+    def __init__(self, fn, gm):
+        self.fn, self.gm = fn, gm
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _backend(name: str):
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        m = MUTANTS[name]
+        base = base_backend()
+        call = _Call(torch._dynamo.lookup_backend(base)(gm, example_inputs), gm)
+
+        def run(*args):
+            return _APPLY[m.kind](m, call, list(args), base)
+
+        return run
+
+    compile_graph.__name__ = PREFIX + name
+    return compile_graph
+
+
+def _note(m: Mutant, base: str, changed: bool, **extra) -> None:
+    from casedb.run.execute import note
+
+    note("mutant", {"name": m.name, "changed": bool(changed), "base": base, **extra})
+
+
+def _apply_output(m: Mutant, call: _Call, args: list, base: str):
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in args]
+    out = call(*args)  # a failure here is the base's: no change
+    try:
+        changed = False
+        written = [a for a, v in zip(args, versions) if isinstance(a, torch.Tensor) and a._version != v]
+        for t in written:
+            new = m.fn(t)
+            if not same(new, t):
+                changed = True
+                t.copy_(new)
+        storages = {t.untyped_storage().data_ptr() for t in written}
+
+        def one(y):
+            nonlocal changed
+            if not isinstance(y, torch.Tensor) or (y.numel() and y.untyped_storage().data_ptr() in storages):
+                return y
+            new = m.fn(y)
+            if same(new, y):
+                return y
+            changed = True
+            return new
+
+        out = map_tensors(out, one)
+    except Exception as e:
+        _note(m, base, True, raised=type(e).__name__)
+        raise
+    _note(m, base, changed)
+    return out
+
+
+def _apply_mutated(m: Mutant, call: _Call, args: list, base: str, mutated: Callable):
+    """Input and call kinds: the mutated call on ``args``, the true one on copies taken first."""
+    snapshot = [copy_input(a) for a in args]  # before the mutated call can write into args
+    try:
+        out = mutated()
+    except Exception as e:
+        try:
+            call(*snapshot)
+        except Exception:
+            _note(m, base, False)  # the base fails as well
+        else:
+            _note(m, base, True, raised=type(e).__name__)
+        raise
+    if out is _NOT_APPLICABLE:
+        _note(m, base, False)
+        return call(*args)
+    true = call(*snapshot)
+    changed = not same(true, out) or not all(same(s, a) for s, a in zip(snapshot, args))
+    _note(m, base, changed)
+    return out
+
+
+_NOT_APPLICABLE = object()
+
+
+def _apply_input(m: Mutant, call: _Call, args: list, base: str):
+    new = m.fn(list(args))  # builds new arguments, touches none: nothing to copy where it does not apply
+    if new is None:
+        _note(m, base, False)
+        return call(*args)
+    return _apply_mutated(m, call, args, base, lambda: call_written_back(call, args, new))
+
+
+def _apply_call(m: Mutant, call: _Call, args: list, base: str):
+    def mutated():
+        out = m.fn(call, args)
+        return _NOT_APPLICABLE if out is None else out
+
+    return _apply_mutated(m, call, args, base, mutated)
+
+
+_APPLY = {"output": _apply_output, "input": _apply_input, "call": _apply_call}
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def map_tensors(x, fn):
+    """``x`` (a tensor, or a tuple/list of them and other things) with ``fn`` applied to each tensor."""
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        items = [map_tensors(i, fn) for i in x]
+        return items if isinstance(x, list) else tuple(items)
+    return x
+
+
+def tensors(x) -> list:
+    out = []
+    map_tensors(x, lambda t: out.append(t) or t)
+    return out
+
+
+def same(a, b) -> bool:
+    """Equal values (NaN equal to NaN, -0.0 to 0.0), shapes and dtypes, over any nesting."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a is b or a == b
+
+
+def copy_input(x, zeroed: bool = False):
+    """A copy with the same sizes, strides and storage offset (a copy of the whole storage), or
+    ``x`` itself when its storage is larger than COPY_LIMIT; ``zeroed``: the same layout over a
+    storage of zeros (any size)."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(copy_input(i, zeroed) for i in x)
+    if not isinstance(x, torch.Tensor) or (x.untyped_storage().nbytes() > COPY_LIMIT and not zeroed):
+        return x
+    if zeroed:
+        storage = torch.zeros(x.untyped_storage().nbytes(), dtype=torch.uint8, device=x.device).untyped_storage()
+    else:
+        storage = x.untyped_storage().clone()
+    return torch.empty(0, dtype=x.dtype, device=x.device).set_(storage, x.storage_offset(), x.size(), x.stride())
+
+
+def like(x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A new tensor with ``x``'s sizes and strides holding ``values``."""
+    if not _overlapping(x):
+        out = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+        out.copy_(values)
+        return out
+    return values.to(x.dtype).contiguous()
+
+
+def _overlapping(x: torch.Tensor) -> bool:
+    return any(s == 0 and n > 1 for s, n in zip(x.stride(), x.size()))
+
+
+def call_written_back(call: _Call, args: list, new: list):
+    """``call(*new)``; an input ``new`` replaced and the call wrote into is copied back into ``args``."""
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in new]
+    out = call(*new)
+    for a, n, v in zip(args, new, versions):
+        if isinstance(a, torch.Tensor) and isinstance(n, torch.Tensor) and n is not a and n._version != v:
+            a.copy_(n)
+    return out
+
+
+def _floating(y) -> bool:
+    return isinstance(y, torch.Tensor) and y.is_floating_point()
+
+
+def ulp(y: torch.Tensor) -> torch.Tensor:
+    """The spacing of ``y``'s dtype at each element, in float64 (the smallest normal's at zero)."""
+    info = torch.finfo(y.dtype)
+    mag = y.to(torch.float64).abs().clamp(min=info.tiny)
+    mag = torch.where(torch.isfinite(mag), mag, torch.ones_like(mag))
+    return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
+
+
+# ------------------------------------------------------------------------------------ the bugs
+
+@mutant(CONTROL, kind="output")
+def none(y):
+    """No bug: the base backend as it is (the control)."""
+    return y
+
+
+@mutant("padding", kind="output")
+def padding(y):
+    """Wrong values where a dim is not a multiple of the tile: when the last dim is not a
+    multiple of 64, the last element of every row (the end of the partial tile) is written as 0
+    — a masked store or a padded tail off by one."""
+    if y.dim() == 0 or y.numel() == 0 or y.shape[-1] % TILE == 0:
+        return y
+    out = y.clone()
+    out[..., -1] = 0
+    return out
+
+
+@mutant("large_tensor", kind="output")
+def large_tensor(y):
+    """Wrong values for large tensors (multi-core tiling): a tensor of 64 Ki elements or more is
+    split over 8 cores, and the last core writes the previous core's slice (a wrong tile
+    offset)."""
+    n = y.numel()
+    if n < LARGE:
+        return y
+    flat = y.contiguous().reshape(-1).clone()
+    chunk = -(-n // CORES)
+    start = chunk * (CORES - 1)
+    flat[start:] = flat[start - chunk: start - chunk + (n - start)]
+    return like(y, flat.reshape(y.shape))
+
+
+@mutant("broadcast", kind="call")
+def broadcast(call, args):
+    """Wrong values on broadcast of size-1 dims: an input broadcast along a dim of size 1 (or a
+    missing leading dim) is replicated into the first slice of the output only; the other slices
+    read zeros instead of the broadcast values."""
+    y = _first_output(call.gm)
+    if y is None:
+        return None
+    for i, x in enumerate(args):
+        if not isinstance(x, torch.Tensor) or x.numel() >= y.numel() or y.dim() == 0:
+            continue
+        try:
+            if torch.broadcast_shapes(x.shape, y.shape) != y.shape:
+                continue
+        except RuntimeError:
+            continue
+        shape = [1] * (y.dim() - x.dim()) + list(x.shape)
+        dims = [d for d in range(y.dim()) if shape[d] == 1 and y.shape[d] > 1]
+        if not dims:
+            continue
+        d = dims[-1]
+        zeroed = [copy_input(a) for a in args]
+        zeroed[i] = copy_input(x, zeroed=True)
+        y0 = tensors(call(*zeroed))[0]
+        out = call(*args)
+        first = tensors(out)[0]
+        mixed = first.clone()
+        mixed.narrow(d, 1, y.shape[d] - 1).copy_(y0.narrow(d, 1, y.shape[d] - 1))
+        done = [False]
+
+        def swap(t):
+            if t is first and not done[0]:
+                done[0] = True
+                return mixed
+            return t
+
+        return map_tensors(out, swap)
+    return None
+
+
+def _first_output(gm):
+    """The graph's first tensor output as dynamo traced it (a fake tensor: shape only), or None."""
+    node = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if node is None:
+        return None
+    found = []
+    torch.fx.node.map_arg(node.args, lambda n: found.append(n.meta.get("example_value")) or n)
+    return next((v for v in found if isinstance(v, torch.Tensor)), None)
+
+
+@mutant("noncontiguous", kind="input")
+def noncontiguous(args):
+    """A non-contiguous input read as contiguous: the kernel ignores the strides and reads the
+    storage row-major from the tensor's offset (a transposed or sliced view misread)."""
+    new, hit = list(args), False
+    for i, x in enumerate(args):
+        if not isinstance(x, torch.Tensor) or x.is_contiguous() or x.numel() < 2 or _overlapping(x):
+            continue
+        if x.untyped_storage().nbytes() // x.element_size() - x.storage_offset() < x.numel():
+            continue
+        misread = x.as_strided(x.shape, torch.empty(x.shape, device="meta").stride(), x.storage_offset())
+        new[i] = like(x, misread)
+        hit = True
+    return new if hit else None
+
+
+@mutant("inplace_lost", kind="call")
+def inplace_lost(call, args):
+    """An in-place result not written back: the op computes into a temporary and never copies
+    it into the tensor it should update (a functionalized copy-back dropped)."""
+    return call(*[copy_input(a) for a in args])
+
+
+@mutant("lost_sign", kind="output")
+def lost_sign(y):
+    """Lost sign: negative results come out positive (a sign bit dropped, signed data read as
+    unsigned magnitude)."""
+    if y.dtype == torch.bool or not (y.is_floating_point() or y.is_signed()):
+        return y
+    return y.abs()
+
+
+@mutant("nan_inf", kind="output")
+def nan_inf(y):
+    """NaN/Inf not propagated: NaN becomes 0 and ±inf the largest finite value (fast-math,
+    saturating arithmetic, a max/clamp that drops NaN)."""
+    return torch.nan_to_num(y, nan=0.0) if _floating(y) else y
+
+
+@mutant("low_precision_acc", kind="call")
+def low_precision_acc(call, args):
+    """A reduction accumulated in low precision: sums, means, norms, softmax and matmuls keep
+    their running sum in bfloat16 (float16 for float16 data) instead of float32, rounding after
+    every block of 64 elements."""
+    mode = _LowPrecisionAccumulation()
+    copies = [copy_input(a) for a in args]  # args stay untouched until the bug is known to apply
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in copies]
+    with mode:
+        out = call.gm(*copies)
+    if not mode.hits:
+        return None
+    for a, c, v in zip(args, copies, versions):
+        if isinstance(c, torch.Tensor) and c is not a and c._version != v:
+            a.copy_(c)
+    return out
+
+
+@mutant("fp32_as_bf16", kind="call")
+def fp32_as_bf16(call, args):
+    """float32 computed in bfloat16: float32 inputs are rounded to bfloat16 before the op and
+    float32 results after it (a backend without a float32 path, or a silent downcast)."""
+    def rounded(t):
+        return like(t, t.to(torch.bfloat16).to(t.dtype)) if t.dtype == torch.float32 else t
+
+    new = [rounded(a) if isinstance(a, torch.Tensor) else map_tensors(a, rounded) for a in args]
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in new]
+    out = call(*new)
+    for a, n, v in zip(args, new, versions):  # what the call wrote, written back rounded
+        if isinstance(n, torch.Tensor) and n._version != v:
+            a.copy_(n.to(torch.bfloat16) if n.dtype == torch.float32 else n)
+    return map_tensors(out, lambda t: t.to(torch.bfloat16).to(t.dtype) if t.dtype == torch.float32 else t)
+
+
+@mutant("ulp_error", kind="output")
+def ulp_error(y):
+    """An error of 16 ULPs of the output dtype on every nonzero element, away from zero (a
+    poor approximation of a transcendental, a wrong rounding mode in a long chain)."""
+    if not _floating(y) or y.numel() == 0:
+        return y
+    y64 = y.to(torch.float64)
+    moved = y64 + torch.sign(y64) * ULP_ERROR * ulp(y)
+    return torch.where(torch.isfinite(y64), moved, y64).to(y.dtype)
+
+
+@mutant("rel_error", kind="output")
+def rel_error(y):
+    """A relative error of 0.1 % on every floating element (a wrong constant, a scale computed
+    at reduced precision)."""
+    return y * (1 + REL_ERROR) if _floating(y) else y
+
+
+@mutant("zeros", kind="output")
+def zeros(y):
+    """All-zero output: a kernel that never writes its result (an output buffer returned as
+    allocated, zero-initialised)."""
+    return torch.zeros_like(y)
+
+
+@mutant("index_off_by_one", kind="input")
+def index_off_by_one(args):
+    """Index off by one: integer inputs (indices, ids, positions) are read one further: i + 1,
+    or i - 1 at the largest index (so the index stays in the range the case uses)."""
+    new, hit = list(args), False
+    for i, x in enumerate(args):
+        if isinstance(x, torch.Tensor) and x.numel() and not x.is_floating_point() and not x.is_complex() \
+                and x.dtype != torch.bool:
+            new[i] = like(x, torch.where(x < x.max(), x + 1, x - 1))
+            hit = True
+    return new if hit else None
+
+
+# ------------------------------------------------------------------------------------ low precision
+
+_LOW = {torch.float32: torch.bfloat16, torch.bfloat16: torch.bfloat16, torch.float16: torch.float16}
+
+
+def _acc_sum(x: torch.Tensor, dims, keepdim: bool, out_dtype) -> torch.Tensor:
+    """Sum of ``x`` over ``dims``, accumulated in x's low-precision accumulator dtype."""
+    low = _LOW[x.dtype]
+    nd = x.dim()
+    dims = sorted({d % nd for d in dims}) if dims else list(range(nd))
+    rest = [d for d in range(nd) if d not in dims]
+    moved = x.permute(*rest, *dims)
+    flat = moved.reshape(*[x.shape[d] for d in rest], -1)
+    acc = torch.zeros(flat.shape[:-1], dtype=low)
+    for block in flat.split(ACC_BLOCK, dim=-1):
+        acc = (acc.float() + block.float().sum(-1)).to(low)
+    out = acc.to(out_dtype)
+    if keepdim:
+        for d in dims:
+            out = out.unsqueeze(d)
+    return out
+
+
+def _acc_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b (2-d or batched 3-d), accumulated over K in the low-precision accumulator dtype."""
+    low = _LOW[a.dtype]
+    k = a.shape[-1]
+    acc = torch.zeros((*a.shape[:-1], b.shape[-1]), dtype=low)
+    for k0 in range(0, k, ACC_BLOCK):
+        part = a[..., k0:k0 + ACC_BLOCK].float() @ b[..., k0:k0 + ACC_BLOCK, :].float()
+        acc = (acc.float() + part).to(low)
+    return acc.to(a.dtype)
+
+
+class _LowPrecisionAccumulation(TorchDispatchMode):
+    """Runs reductions with a low-precision accumulator (see low_precision_acc); counts hits."""
+
+    def __init__(self):
+        super().__init__()
+        self.hits = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = self._low(func, args, kwargs)
+        if out is None:
+            return func(*args, **kwargs)
+        self.hits += 1
+        return out
+
+    def _low(self, func, args, kwargs):
+        aten = torch.ops.aten
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or x.dtype not in _LOW or x.device.type != "cpu":
+            return None
+        if func in (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim):
+            dims = args[1] if len(args) > 1 else kwargs.get("dim")
+            keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+            dtype = kwargs.get("dtype") or x.dtype
+            if not dtype.is_floating_point:
+                return None
+            s = _acc_sum(x, dims, keep, torch.float32)
+            if func in (aten.mean.default, aten.mean.dim):
+                s = s / max(1, x.numel() // max(1, s.numel()))
+            return s.to(dtype)
+        if func in (aten.mm.default, aten.bmm.default) and args[1].dtype == x.dtype:
+            return _acc_mm(x, args[1])
+        if func in (aten.addmm.default, aten.baddbmm.default) and args[1].dtype in _LOW:
+            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+            return (beta * x.float() + alpha * _acc_mm(args[1], args[2]).float()).to(args[1].dtype)
+        if func in (aten._softmax.default, aten._log_softmax.default):
+            dim = args[1]
+            z = x.float() - x.float().amax(dim, keepdim=True)
+            s = _acc_sum(z.exp().to(x.dtype), [dim], True, torch.float32)
+            out = z - s.log() if func is aten._log_softmax.default else z.exp() / s
+            return out.to(x.dtype)
+        if func is aten.native_layer_norm.default:
+            shape, weight, bias, eps = args[1], args[2], args[3], args[4]
+            dims = list(range(x.dim() - len(shape), x.dim()))
+            n = math.prod(shape)
+            mean = _acc_sum(x, dims, True, torch.float32) / n
+            var = _acc_sum((x.float() - mean).square().to(x.dtype), dims, True, torch.float32) / n
+            rstd = torch.rsqrt(var + eps)
+            y = (x.float() - mean) * rstd
+            if weight is not None:
+                y = y * weight.float()
+            if bias is not None:
+                y = y + bias.float()
+            # the CPU kernel returns mean and rstd in the input's dtype (CUDA's in float32)
+            return y.to(x.dtype), mean.to(x.dtype), rstd.to(x.dtype)
+        return None

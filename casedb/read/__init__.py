@@ -1,0 +1,1 @@
+"""Reading results: report, export, repro scripts, the Datasette server and its plugin."""

@@ -1,0 +1,346 @@
+"""`casedb report`: the RFC's metrics for one run, from the SQL views (casedb/store/migrations.py).
+
+Pass rate per model and per op, coverage (ops and input signatures per model, the share of a
+model's ops that pass), dedupe efficiency (occurrences judged vs cases executed), runtime split
+into reference / compile / device, the trend over the last runs of the same device and backend,
+and a comparison with a baseline run: regressions, fixes, error growth, and xfail marks to remove.
+Every figure comes from a view that Datasette (`casedb serve`) shows too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from casedb.errors import CasedbError, NotFound
+from casedb.escape import markdown, markdown_code
+
+DEFAULT_ERROR_FACTOR = 10.0
+DEFAULT_TREND = 5
+DEFAULT_LIMIT = 20
+
+_MODEL_COLS = ("model", "occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
+               "ref_errors", "not_exercised", "pass_rate", "ops", "ops_passing", "ops_pass_rate")
+_OP_COLS = ("op", "occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
+            "ref_errors", "pass_rate", "models")
+_VERDICT_COLS = ("model", "case_name", "op", "inputs", "dtype", "outcome", "stage", "reason", "error_type", "error_message",
+                 "max_abs_err", "rtol", "atol", "repro")
+_CHANGE_COLS = ("model", "case_name", "op", "inputs", "dtype", "base_outcome", "outcome", "base_max_abs_err",
+                "max_abs_err", "err_growth", "error_type", "error_message", "rtol", "atol", "repro")
+_BLOCKING_COLS = ("op", "models_blocked", "models", "unblocks", "failing", "occurrences", "blocked_models")
+_TOTAL_COLS = ("occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
+               "ref_errors", "not_exercised", "pass_rate")
+
+
+def _rows(db, sql: str, params: Iterable[Any] = ()) -> list[dict]:
+    cur = db.execute(sql, list(params))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def _cols(cols: Iterable[str]) -> str:
+    return ", ".join(cols)
+
+
+def latest_run_id(db) -> int:
+    """Id of the newest run; a CasedbError that says how to record one when there is none."""
+    run_id = db.execute("SELECT max(id) FROM runs").fetchone()[0]
+    if run_id is None:
+        raise CasedbError("no runs recorded in this database yet; record one with "
+                          "`casedb run --model <model>` (see `casedb models`), then run `casedb report`")
+    return run_id
+
+
+def _check_run(db, run_id: int, what: str) -> None:
+    if db.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone():
+        return
+    recent = [r[0] for r in db.execute("SELECT id FROM runs ORDER BY id DESC LIMIT 10")]
+    raise NotFound(f"no run {run_id} ({what}); recent runs: {', '.join(map(str, recent))}")
+
+
+def build(db, run: int | None = None, compare: int | None = None, *,
+          error_factor: float = DEFAULT_ERROR_FACTOR, trend: int = DEFAULT_TREND, top: int = 10) -> dict:
+    """The report of run `run` (default: the latest) as plain data (what `--json` prints).
+
+    `compare` is the baseline run; by default the previous run on the same device and backend
+    (none for a first run). `error_factor`: list cases whose max abs error grew more than this.
+    `trend`: how many runs of the same device/backend the trend shows. `top`: slowest cases.
+    """
+    if error_factor <= 1:
+        raise CasedbError(f"--error-factor must be greater than 1, not {error_factor}")
+    run_id = latest_run_id(db) if run is None else run
+    _check_run(db, run_id, "--run")
+    summary = _rows(db, "SELECT * FROM run_summaries WHERE run_id = ?", [run_id])[0]
+    baseline_source = "--compare"
+    if compare is None:
+        baseline_source = "previous run on the same device and backend"
+        compare = db.execute("SELECT previous_run_id FROM run_pairs WHERE run_id = ?", [run_id]).fetchone()[0]
+    elif compare == run_id:
+        raise CasedbError(f"--compare {compare} is the run being reported; give an earlier (or another) run")
+    else:
+        _check_run(db, compare, "--compare")
+    occurrences, executions = summary["occurrences"] or 0, summary["executions"]
+    report: dict[str, Any] = {
+        "run": {k: summary[k] for k in ("run_id", "started_at", "finished_at", "status", "device", "backend",
+                                        "torch_version")},
+        "totals": {k: summary[k] or 0 for k in _TOTAL_COLS},
+        "dedupe": {
+            "occurrences": occurrences,
+            "executions": executions,
+            "saved": summary["dedupe_saved"] or 0,
+            # occurrences judged per case executed: 1.0 means nothing was shared
+            "ratio": round(occurrences / executions, 3) if executions else None,
+        },
+    }
+    report["totals"]["pass_rate"] = summary["pass_rate"]
+    t = {k: summary[k] or 0.0 for k in ("t_ref", "t_compile", "t_exec")}
+    total = sum(t.values())
+    report["runtime"] = {**t, "total": round(total, 6),
+                         "mean_per_case": round(total / summary["executions"], 6) if summary["executions"] else None,
+                         "slowest": _rows(db, "SELECT signature, op, inputs, dtype, models, outcome, t_ref, t_compile,"
+                                              " t_exec, t_total FROM case_runtimes WHERE run_id = ?"
+                                              " ORDER BY t_total DESC LIMIT ?", [run_id, top])}
+    coverage = {r["model"]: r for r in _rows(db, "SELECT model, cases, signatures FROM model_coverage")}
+    models = _rows(db, f"SELECT {_cols(_MODEL_COLS)} FROM model_pass_rates WHERE run_id = ?"
+                       " ORDER BY pass_rate, model", [run_id])
+    for m in models:
+        m["signatures"] = coverage.get(m["model"], {}).get("signatures")
+    report["models"] = models
+    report["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
+                              " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
+    report["failures"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
+                                   " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
+                                   " ORDER BY op, model, case_name", [run_id])
+    # tt-xla's triage rule: a case marked xfail that passes should lose its mark.
+    report["remove_xfail"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
+                                       " AND outcome = 'xpassed' ORDER BY model, op, case_name", [run_id])
+    # What proves nothing: cases the target never computed, and cases whose reference a
+    # trivial target (all zeros, one value) would match.
+    report["unproven"] = _rows(db, "SELECT op, inputs, dtype, outcome, why, reason, models FROM unproven_cases"
+                                   " WHERE run_id = ? ORDER BY why, op, inputs", [run_id])
+    report["vacuous"] = sum(1 for r in report["unproven"] if r["why"].startswith("vacuous"))
+    report["lowering"] = _rows(db, "SELECT op, cases, generated, extern, fallback, mixed, no_kernel, generated_pct"
+                                   " FROM op_lowering WHERE run_id = ? ORDER BY generated_pct, op", [run_id])
+    report["stages"] = _rows(db, "SELECT stage, count(*) AS cases FROM results WHERE run_id = ? AND stage IS NOT NULL"
+                                 " GROUP BY stage ORDER BY cases DESC, stage", [run_id])
+    # What blocks what: ops by the models they block; the model x op counts of those ops.
+    report["blocking"] = _rows(db, f"SELECT {_cols(_BLOCKING_COLS)} FROM op_blocking WHERE run_id = ?"
+                                   " AND models_blocked > 0 ORDER BY models_blocked DESC, unblocks DESC,"
+                                   " failing DESC, op", [run_id])
+    report["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
+                                          " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
+                                          " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
+    report["baseline"] = None
+    report["regressions"], report["fixes"], report["error_growth"] = [], [], []
+    if compare is not None:
+        base = _rows(db, "SELECT id AS run_id, started_at, status, device, backend FROM runs WHERE id = ?",
+                     [compare])[0]
+        report["baseline"] = {**base, "source": baseline_source}
+        changes = f"SELECT {_cols(_CHANGE_COLS)} FROM verdict_changes WHERE run_id = ? AND base_run_id = ?"
+        order = " ORDER BY model, op, case_name"
+        # (the outcome filter only narrows what `change` decides: it lets the (run_id, outcome)
+        # index find the failing occurrences instead of comparing every one)
+        report["regressions"] = _rows(db, changes + " AND change = 'regression' AND outcome IN"
+                                      " (SELECT outcome FROM outcome_classes WHERE failing)" + order,
+                                      [run_id, compare])
+        report["fixes"] = _rows(db, changes + " AND change = 'fix'" + order, [run_id, compare])
+        report["error_growth"] = _rows(db, changes + " AND err_growth > ? ORDER BY err_growth DESC, model, case_name",
+                                       [run_id, compare, error_factor])
+    report["error_factor"] = error_factor
+    # The runs first (a list of ids reaches into the grouped view; ORDER BY ... LIMIT would not).
+    ids = [r[0] for r in db.execute("SELECT id FROM runs WHERE device IS ? AND backend IS ? AND id <= ?"
+                                    " ORDER BY id DESC LIMIT ?",
+                                    [summary["device"], summary["backend"], run_id, trend]).fetchall()]
+    report["trend"] = _rows(
+        db, "SELECT s.run_id, s.started_at, s.status, s.occurrences, s.executed, s.passed, s.failed, s.errors,"
+            " s.pass_rate, (SELECT count(*) FROM regressions g WHERE g.run_id = s.run_id) AS new_regressions"
+            f" FROM run_pass_rates s WHERE s.run_id IN ({', '.join('?' * len(ids))}) ORDER BY s.run_id DESC", ids)
+    return report
+
+
+# ----------------------------------------------------------------------------------- rendering
+
+def _num(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e5 else f"{v:.4g}"
+    return str(v)
+
+
+def _pct(v) -> str:
+    return "" if v is None else f"{v:.1f}%"
+
+
+def _case(r: dict) -> str:
+    return f"{r['model']}::{r['case_name']}"
+
+
+def _gist(msg: str | None) -> str:
+    """The line of an error that says what went wrong: a table row per case (--json keeps the whole)."""
+    from casedb.triage.entries import first_error_line
+
+    return first_error_line(None, msg, None) if msg else ""
+
+
+def _seconds(v) -> str:
+    return "" if v is None else f"{v:.3f} s"
+
+
+def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
+    """The report as titled tables (title, headers, rows, note): what the text and Markdown
+    renderers both print, so they cannot disagree. At most `limit` rows per list."""
+    out = []
+
+    def table(title, headers, rows, fmt, note=None, empty=None, inline=False):
+        rows = list(rows)
+        if not rows and empty is None:
+            return
+        shown = [fmt(r) for r in rows[:limit]]
+        more = f"... and {len(rows) - limit} more (see --json)" if len(rows) > limit else None
+        out.append({"title": title, "headers": headers, "rows": shown, "inline": inline,
+                    "note": " ".join(x for x in (note, more, empty if not rows else None) if x)})
+
+    tot = report["totals"]
+    table("Totals", ["pass rate", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
+                     "ref_errors", "not exercised", "vacuous", "occurrences"], [tot],
+          lambda r: [_pct(r["pass_rate"]), *(_num(r[k]) for k in ("executed", "passed", "failed", "errors",
+                                                                   "xfailed", "xpassed", "skipped", "ref_errors",
+                                                                   "not_exercised")),
+                     _num(report["vacuous"]), _num(r["occurrences"])],
+          note="pass rate = passed (incl. xpassed) / executed (passed, failed, errors, xfailed)", inline=True)
+    table("Pass rate and coverage per model",
+          ["model", "pass rate", "passed/executed", "failed", "errors", "xfailed", "skipped", "ops passing",
+           "signatures"],
+          report["models"],
+          lambda r: [r["model"], _pct(r["pass_rate"]), f"{r['passed']}/{r['executed']}", _num(r["failed"]),
+                     _num(r["errors"]), _num(r["xfailed"]), _num(r["skipped"]),
+                     f"{r['ops_passing']}/{r['ops']} ({_pct(r['ops_pass_rate'])})", _num(r["signatures"])],
+          note="ops passing: ops whose every executed occurrence passed; signatures: distinct cases the model has")
+    table("Pass rate per op (worst first)",
+          ["op", "pass rate", "passed/executed", "failed", "errors", "xfailed", "models"], report["ops"],
+          lambda r: [r["op"], _pct(r["pass_rate"]), f"{r['passed']}/{r['executed']}", _num(r["failed"]),
+                     _num(r["errors"]), _num(r["xfailed"]), _num(r["models"])])
+    base = report["baseline"]
+    if base is None:
+        out.append({"title": "Comparison", "headers": [], "rows": [], "inline": False,
+                    "note": "no baseline: this is the first run on its device and backend (use --compare RUN)"})
+    else:
+        vs = f"vs run {base['run_id']} ({base['device']}/{base['backend']}, {base['source']})"
+        change_headers = ["case", "op", "inputs", "before", "now", "max abs err before", "now", "error"]
+
+        def change(r):
+            return [_case(r), r["op"], r["inputs"], r["base_outcome"], r["outcome"], _num(r["base_max_abs_err"]),
+                    _num(r["max_abs_err"]), _gist(r["error_message"])]
+
+        table(f"Regressions {vs}", change_headers, report["regressions"], change, empty="none")
+        table(f"Fixes {vs}", change_headers, report["fixes"], change, empty="none")
+        table(f"Error grew more than {report['error_factor']:g}x {vs}",
+              ["case", "op", "inputs", "before", "now", "max abs err before", "now", "growth"],
+              report["error_growth"],
+              lambda r: [_case(r), r["op"], r["inputs"], r["base_outcome"], r["outcome"], _num(r["base_max_abs_err"]),
+                         _num(r["max_abs_err"]), f"{r['err_growth']:.3g}x"], empty="none")
+    table("Remove xfail (marked xfail, now passing)", ["case", "op", "inputs", "repro"], report["remove_xfail"],
+          lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
+    table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
+          lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", _gist(r["error_message"] or r["reason"]),
+                     r["repro"]])
+    table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
+          note="where the cases that did not pass went wrong")
+    blocking = report.get("blocking") or []
+    table("What blocks what: ops by the models they block", ["op", "models blocked", "of models calling it",
+                                                               "unblocks", "failing cases", "blocked models"],
+          blocking, lambda r: [r["op"], _num(r["models_blocked"]), _num(r["models"]), _num(r["unblocks"]),
+                               f"{r['failing']}/{r['occurrences']}", r["blocked_models"] or ""],
+          note="a model is blocked by an op when any of its cases of that op fails (xfailed included); "
+               "unblocks: models this op alone blocks")
+    if blocking:
+        cells = {(r["op"], r["model"]): r for r in report.get("blocking_matrix") or []}
+        models = sorted({m for _, m in cells})
+        table("Model x op: failing/occurrences (blocking ops)", ["op", *models], blocking,
+              lambda r: [r["op"], *(f"{cells[r['op'], m]['failing']}/{cells[r['op'], m]['occurrences']}"
+                                    if (r["op"], m) in cells else "" for m in models)],
+              note="empty: the model does not call the op")
+    table("Proves nothing (not exercised, or a vacuous reference)", ["op", "inputs", "why", "models"],
+          report["unproven"], lambda r: [r["op"], r["inputs"], r["why"], r["models"] or ""],
+          note="vacuous: the reference is all zeros or one value, so a target returning that passes; "
+               "not exercised: the target never computed the op")
+    table("Lowering per op (inductor)", ["op", "cases", "generated", "extern", "fallback", "mixed", "no kernel",
+                                         "% generated"], report["lowering"],
+          lambda r: [r["op"], _num(r["cases"]), _num(r["generated"]), _num(r["extern"]), _num(r["fallback"]),
+                     _num(r["mixed"]), _num(r["no_kernel"]), _pct(r["generated_pct"])],
+          note="generated: inductor wrote the kernel; extern: a library kernel (mm, conv); fallback: the ATen op")
+    d, rt = report["dedupe"], report["runtime"]
+    table("Dedupe and runtime", ["occurrences", "executed cases", "saved by dedupe", "reference", "compile",
+                                 "device", "total", "mean per case"], [None],
+          lambda _: [_num(d["occurrences"]), _num(d["executions"]), _num(d["saved"]), _seconds(rt["t_ref"]),
+                     _seconds(rt["t_compile"]), _seconds(rt["t_exec"]), _seconds(rt["total"]),
+                     _seconds(rt["mean_per_case"])], inline=True)
+    table("Slowest cases", ["op", "inputs", "models", "outcome", "reference", "compile", "device", "total"],
+          rt["slowest"],
+          lambda r: [r["op"], r["inputs"], r["models"] or "", r["outcome"], _seconds(r["t_ref"]),
+                     _seconds(r["t_compile"]), _seconds(r["t_exec"]), _seconds(r["t_total"])])
+    table(f"Trend: last runs on {report['run']['device']}/{report['run']['backend']}",
+          ["run", "started", "status", "pass rate", "passed/executed", "failed", "errors", "new regressions"],
+          report["trend"],
+          lambda r: [str(r["run_id"]), r["started_at"] or "", r["status"] or "", _pct(r["pass_rate"]),
+                     f"{r['passed'] or 0}/{r['executed'] or 0}", _num(r["failed"]), _num(r["errors"]),
+                     _num(r["new_regressions"])])
+    return out
+
+
+def _title(report: dict) -> str:
+    r = report["run"]
+    return (f"casedb run {r['run_id']}: {r['device']}/{r['backend']}, {r['status']}, started {r['started_at']}, "
+            f"torch {r['torch_version']}")
+
+
+def to_markdown(report: dict, limit: int = DEFAULT_LIMIT) -> str:
+    """A summary for a CI job page (GitHub step summary and the like). Every title, header, cell
+    and note is data, escaped (casedb.escape): nothing in a name makes a heading, ends a table
+    or hides what follows."""
+
+    def cell(v) -> str:
+        text = str(v)
+        return markdown_code(text) if text.startswith("casedb repro ") else markdown(text)
+
+    lines = [f"## {markdown(_title(report))}", ""]
+    for s in sections(report, limit):
+        lines.append(f"### {markdown(s['title'])}")
+        lines.append("")
+        if s["rows"]:
+            lines.append("| " + " | ".join(markdown(h) for h in s["headers"]) + " |")
+            lines.append("|" + "---|" * len(s["headers"]))
+            lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in s["rows"]]
+            lines.append("")
+        if s["note"]:
+            lines += [f"_{markdown(s['note'])}_", ""]
+    return "\n".join(lines)
+
+
+def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
+    """The report as rich tables on `console`."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from casedb.run.console import text
+
+    # Text, never markup: names and messages print as written (control characters escaped)
+    console.print(Text(_title(report), style="bold"), highlight=False)
+    for s in sections(report, limit):
+        if not s["rows"]:
+            console.print(Text.assemble((s["title"], "bold"), f": {s['note']}"), highlight=False)
+            continue
+        if s["inline"]:  # one row: a line of "name value" pairs reads better than a table
+            pairs = " · ".join(f"{h} {v}" for h, v in zip(s["headers"], s["rows"][0]))
+            console.print(Text.assemble((s["title"], "bold"), f": {pairs}"), highlight=False)
+            if s["note"]:
+                console.print(Text(f"  {s['note']}", style="dim"), highlight=False)
+            continue
+        table = Table(title=Text(s["title"]), title_justify="left", caption=Text(s["note"]) if s["note"] else None,
+                      caption_justify="left")
+        for i, h in enumerate(s["headers"]):
+            # the first column names the row (case, model, op): keep it whole, fold the others
+            table.add_column(h, overflow="fold", no_wrap=i == 0)
+        for row in s["rows"]:
+            table.add_row(*(text(v) for v in row))
+        console.print(table)

@@ -1,0 +1,246 @@
+"""`casedb repro`: one case as a standalone Python script (torch only), for an upstream bug report.
+
+The script is a fixed template (``templates/repro.py.tmpl``) plus data. Everything about the
+case -- op, inputs, seed, tolerances, the models that use it -- is one JSON document that the
+script reads with ``json.loads`` from a Python string literal written by ``repr``: no text from
+a manifest or a database ever becomes code, whatever a case or model is called. The script
+carries casedb's own code, copied with :func:`inspect.getsource` so the two cannot drift: the
+input generators of :mod:`casedb.cases.materialize`, the layout presets, the blob codec and
+:func:`casedb.judge.compare.compare`, so it rebuilds the exact inputs (same seed, same generator calls
+in the same order) and judges with the same rules as a run. It runs the op on the CPU (eager, the
+reference) and on the target device (compiled as casedb compiles: ``fullgraph=True,
+dynamic=False`` after ``torch._dynamo.reset()``). Exit status 0 when the target matches.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import math
+import textwrap
+import zlib
+from pathlib import Path
+
+from casedb.errors import CasedbError
+
+TEMPLATE = Path(__file__).with_name("templates") / "repro.py.tmpl"
+# Modules the script may import; any other module copied code uses is an error.
+_SCRIPT_MODULES = {"torch", "math", "io", "sys", "zlib", "base64", "operator", "enum", "types", "dataclasses",
+                   "typing", "json", "importlib"}
+
+
+def _inline_module(module) -> str:
+    """A whole casedb module that needs nothing but torch and the standard library (compare,
+    blobs), as the script's own code."""
+    import ast
+
+    source = inspect.getsource(module)
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for n in names:
+            if n != "__future__" and n.split(".")[0] not in _SCRIPT_MODULES:
+                raise CasedbError(f"cannot copy {module.__name__} into a repro: it imports {n}")
+    lines = [ln for ln in source.splitlines() if ln.strip() != "from __future__ import annotations"]
+    return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
+
+
+def _check_names(code: str) -> None:
+    """Copied code defines each top-level name once (two casedb modules must not collide)."""
+    import ast
+
+    seen: set = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            if node.name in seen:
+                raise CasedbError(f"cannot write a repro: two copied definitions of {node.name}")
+            seen.add(node.name)
+
+
+def _source(fn) -> str:
+    lines = inspect.getsource(fn).splitlines()
+    while lines and lines[0].lstrip().startswith("@"):
+        lines.pop(0)  # registration decorators belong to casedb, not to the script
+    return textwrap.dedent("\n".join(lines)) + "\n"
+
+
+def _code_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _code_names(const)
+    return names
+
+
+def _copy_with_dependencies(objs) -> str:
+    """Source of these functions plus every function, class and constant of their own module
+    they use (transitively), dependencies first: the script runs casedb's very code."""
+    done: set = set()
+    blocks: list[str] = []
+    consts: dict[str, str] = {}
+
+    def visit(obj):
+        key = (obj.__module__, obj.__qualname__)
+        if key in done:
+            return
+        done.add(key)
+        code_objects = [obj.__code__] if inspect.isfunction(obj) else [
+            m.__code__ for m in vars(obj).values() if inspect.isfunction(m)]
+        for code in code_objects:
+            module_globals = vars(inspect.getmodule(obj))
+            for name in sorted(_code_names(code)):
+                if name not in module_globals:
+                    continue  # a builtin or an attribute name
+                val = module_globals[name]
+                if inspect.ismodule(val):
+                    if val.__name__ not in _SCRIPT_MODULES:
+                        raise CasedbError(f"cannot copy {obj.__qualname__} into a repro: it uses module {val.__name__}")
+                elif (inspect.isfunction(val) or inspect.isclass(val)) and val.__module__ == obj.__module__:
+                    visit(val)
+                elif not callable(val) and name not in consts:
+                    text = repr(val)
+                    try:
+                        import torch
+
+                        ok = eval(text, {"torch": torch}) == val  # noqa: S307 - casedb's own constant's repr
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        raise CasedbError(f"cannot copy {obj.__qualname__} into a repro: constant {name} has no literal form")
+                    consts[name] = text
+        blocks.append(_source(obj))
+
+    for obj in objs:
+        visit(obj)
+    head = "".join(f"{k} = {v}\n" for k, v in consts.items())
+    return (head + "\n\n" if head else "") + "\n\n".join(blocks) + "\n\n"
+
+
+# ------------------------------------------------------------------------------- the data
+
+def _argument(x, leaf_index: dict):
+    """An argument as JSON the script's ``value()`` turns back into it."""
+    import torch
+
+    from casedb.cases.materialize import DeviceLeaf, TensorLeaf, TensorListLeaf
+
+    if isinstance(x, TensorLeaf):
+        return {"T": leaf_index[id(x)]}
+    if isinstance(x, TensorListLeaf):
+        items = [None if i is None else {"T": leaf_index[id(i)]} for i in x.items]
+        return {"tuple": items} if x.as_tuple else {"tensors": items}
+    if isinstance(x, DeviceLeaf):
+        return {"device": x.text}
+    if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
+        return {"torch": str(x).replace("torch.", "")}
+    if x is Ellipsis:
+        return {"ellipsis": True}
+    if isinstance(x, float) and not math.isfinite(x):
+        return {"float": repr(x)}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, slice):
+        return {"slice": [_argument(v, leaf_index) for v in (x.start, x.stop, x.step)]}
+    if isinstance(x, tuple):
+        return {"tuple": [_argument(v, leaf_index) for v in x]}
+    if isinstance(x, list):
+        return {"list": [_argument(v, leaf_index) for v in x]}
+    if isinstance(x, dict):
+        return {"dict": {str(k): _argument(v, leaf_index) for k, v in x.items()}}
+    raise CasedbError(f"cannot write {type(x).__name__} {x!r} into a script")
+
+
+def _tensor(leaf, load_blob) -> dict:
+    src = dict(leaf.source)
+    if "blob" in src:
+        src["blob"] = base64.b85encode(zlib.compress(load_blob(src["blob"]), 9)).decode("ascii")
+    if leaf.preset:
+        src.update(preset=leaf.preset, preset_args=leaf.preset_args)
+    return src
+
+
+def _op(op: str) -> dict:
+    from casedb.cases.spec import normalize_op
+    from casedb.cases.ops import UnknownOpError, op_info
+
+    try:
+        info = op_info(op)
+    except UnknownOpError as e:
+        raise CasedbError(f"cannot write a repro: {e}") from None
+    if info.kind in ("overload", "packet"):
+        path = str(info.fn)
+    elif info.kind == "method":
+        path = info.fn.__name__
+    elif info.kind == "operator":
+        path = info.fn.__name__.lstrip("_") if info.fn.__name__ == "_setitem" else info.fn.__name__
+    else:
+        path = normalize_op(op)[len("torch."):]
+    return {"name": op, "kind": info.kind, "path": path}
+
+
+def _choose(store, name: str, model: str | None) -> tuple[dict, list[dict]]:
+    rows = store.find(name)
+    if model is not None:
+        wanted = store.model(model)["name"]
+        rows = [r for r in rows if r["model"] == wanted] or rows
+    sigs = list(dict.fromkeys(r["signature"] for r in rows))
+    if len(sigs) > 1:
+        choices = ", ".join(f"{r['model']}::{r['name']} ({r['signature'][:12]})" for r in rows[:10])
+        raise CasedbError(f"{name!r} names {len(sigs)} different cases; give one of: {choices}")
+    return store.case(sigs[0]), rows
+
+
+def script(store, name: str, *, device: str | None = None, backend: str | None = None,
+           imports: list[str] = (), rtol: float | None = None, atol: float | None = None,
+           replace_device: bool = True, model: str | None = None) -> str:
+    """The repro script for the case `name` (signature prefix, case name or model::name);
+    ``model`` picks whose tolerances it uses when several models share the case."""
+    from casedb.cases import blobs, materialize, ops, presets
+    from casedb.judge import compare, numerics
+    from casedb.run import execute
+    from casedb.run.runspec import RunSpec
+    from casedb.run.target import check_import, import_module
+
+    imports = [check_import(m) for m in imports]
+    for mod in imports:
+        import_module(mod)  # so custom ops resolve while the script is written
+    case, rows = _choose(store, name, model)
+    occ = rows[0]
+    # the tolerance a run gives each floating dtype of this occurrence (casedb.judge.numerics, no rules)
+    defaults = store.models_defaults(occ["model"])
+    plan_occ = {**occ, "defaults": defaults,
+                **({"rtol": rtol} if rtol is not None else {}), **({"atol": atol} if atol is not None else {})}
+    policy = numerics.Policy(device=str(device or "cpu"), backend=str(backend or RunSpec().backend))
+    tolerances = {d: policy.tolerance(plan_occ, case, d) for d in ("float16", "bfloat16", "float32", "float64")}
+    main = tolerances.get(case["dtype"]) or tolerances["float32"]
+    op = _op(case["op"])
+    prepared = materialize.prepare(case, load_blob=store.load_blob)
+    info = ops.op_info(case["op"])
+    leaf_index = {id(leaf): i for i, leaf in enumerate(prepared.leaves)}
+    used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
+    data = {
+        "op": op, "signature": case["signature"], "shapes": case["shapes"], "dtype": case["dtype"],
+        "device": device, "backend": backend or RunSpec().backend,
+        "rtol": main.rtol, "atol": main.atol,
+        "tolerances": {d: [t.rtol, t.atol] for d, t in tolerances.items()},
+        "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": replace_device,
+        "writes": info.mutated(prepared.args, prepared.kwargs),
+        "metadata_only": info.metadata_only(prepared.args, prepared.kwargs),
+        "tensors": [_tensor(leaf, store.load_blob) for leaf in prepared.leaves],
+        "args": [_argument(a, leaf_index) for a in prepared.args],
+        "kwargs": {k: _argument(v, leaf_index) for k, v in prepared.kwargs.items()},
+        "imports": imports, "expects_error": occ.get("expects_error"),
+        "used_by": [{"model": r["model"], "name": r["name"], "rtol": r["rtol"], "atol": r["atol"],
+                     "source": r.get("source")} for r in store.find(case["signature"])[:50]],
+        "generators": {init: fn.__name__ for init, fn in materialize._GEN.items()},
+        "presets": {p: presets.PRESETS[p].fn.__name__ for p in used_presets},
+    }
+    helpers = (_inline_module(blobs) + _inline_module(compare) + "# ---- functions of casedb.cases.materialize, ops, "
+               "execute, presets\n" + _copy_with_dependencies([*materialize._GEN.values(), ops._setitem, execute._to_cpu,
+                                                               *(presets.PRESETS[p].fn for p in used_presets)]))
+    _check_names(helpers)
+    text = TEMPLATE.read_text(encoding="utf-8")
+    text = text.replace("@HELPERS@", helpers)
+    # repr of a str is a Python string literal whatever it holds: the case is data, never code
+    return text.replace("@CASE_JSON@", repr(json.dumps(data, ensure_ascii=False, sort_keys=True)))

@@ -1,0 +1,192 @@
+"""The terminal: the consoles every command prints through, and what ``casedb run`` shows on
+them (the progress bar and the summary tables).
+
+Data (model and case names, messages) is never read as Rich markup: a name such as ``[/m]``
+prints as written (:func:`text`). Nor is it ever sent to the terminal as control codes: a name
+from a database or a file may hold ESC sequences (OSC 52 sets the clipboard, CSI moves the
+cursor and repaints), so every character that is not text is written as an escape by
+:func:`clean`, which :func:`terminal`'s consoles apply to everything they print.
+"""
+
+from __future__ import annotations
+
+import re
+
+from casedb.cases import marks as marks_mod
+from casedb import outcomes
+
+# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates (they
+# reorder what follows), lone surrogates and the non-characters U+FFFE/U+FFFF.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+
+
+def clean(value) -> str:
+    """``value`` as text safe to show on a terminal or in a comment: each character of
+    :data:`_UNSAFE` written as its escape (``\\x1b``, ``\\u202e``); tab and newline kept."""
+    text = "" if value is None else str(value)
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def terminal(*, stderr: bool = False):
+    """A console for casedb's output: no markup, no emoji codes, and every segment of text it
+    prints passed through :func:`clean` (Rich's own control codes, its styles and cursor moves,
+    kept)."""
+    from rich.console import Console, RenderHook
+
+    class _Escaped:
+        def __init__(self, renderable):
+            self.renderable = renderable
+
+        def __rich_console__(self, console, options):
+            from rich.segment import Segment
+
+            for seg in console.render(self.renderable, options):
+                yield seg if seg.control else Segment(clean(seg.text), seg.style)
+
+    class _Hook(RenderHook):
+        def process_renderables(self, renderables):
+            return [_Escaped(r) for r in renderables]
+
+    console = Console(stderr=stderr, markup=False, emoji=False)
+    console.push_render_hook(_Hook())
+    return console
+
+JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "executed", "passed", "failed", "errors", "ref_errors",
+             "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
+             "duplicates_skipped", "unexpected", "triage", "triage_files", "vacuous", "lowering", "stages", "planned", "duration_s",
+             "time", "session", "models", "error")
+
+
+def text(value, style: str | None = None):
+    """A Rich Text of ``value`` as written (no markup, no emoji codes)."""
+    from rich.text import Text
+
+    return Text(clean(value), style=style or "")
+
+
+def counts_text(counts: dict) -> str:
+    """``3 passed 1 failed 2 xfailed`` as Rich markup, each in its outcome's colour (passed and
+    failed always); outcome names and numbers only, no data."""
+    parts = []
+    for o in (outcomes.BY_NAME[name] for name in outcomes.SHOWN):
+        n = counts.get(o.name, 0)
+        if n or o.name in ("passed", "failed"):
+            parts.append(f"[{o.style}]{n} {o.name}[/]")
+    return " ".join(parts)
+
+
+class Progress:
+    """Rich progress for `casedb run`: bar, ETA, live counts (fed by the plugin's hooks)."""
+
+    def __init__(self, console, enabled: bool):
+        self.enabled = enabled
+        self.console = console
+        self.progress = None
+        self.task = None
+        self.counts: dict[str, int] = {}
+
+    def pytest_casedb_planned(self, config, total: int, figures: dict) -> None:
+        if not self.enabled or self.progress is not None:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        console = self.console or Console(stderr=True)
+        self.progress = Progress(TextColumn("[bold]run {task.fields[run_id]}[/]"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 TextColumn("{task.fields[counts]}"), console=console, transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task("run", total=total, run_id=figures.get("run_id"),
+                                           counts=counts_text(self.counts))
+
+    def pytest_casedb_recorded(self, config, outcome: str, item) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, counts=counts_text(self.counts))
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+# short headers: the table fits 80 columns (the totals line spells every outcome out)
+_HEADS = {"crashed": "crash", "timeout": "t/o", "error": "err", "failed": "fail", "xpassed": "xpass",
+          "ref_error": "ref", "xfailed": "xfail", "passed": "pass", "skipped": "skip", "not_exercised": "n/e"}
+
+
+def summary_tables(summary: dict):
+    """(per-model table, totals line) for the terminal."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=text(f"run {summary['run_id']}: {summary.get('device')} / {summary.get('backend')}"),
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    # passed and failed always; the other outcomes where some model has one (the totals line has all)
+    shown = [o for o in outcomes.SHOWN if o in ("passed", "failed")
+             or any(m.get(outcomes.COUNT_KEYS[o]) for m in summary["models"].values())]
+    cols = [("occurrences", "occ")] + [(outcomes.COUNT_KEYS[o], _HEADS[o]) for o in shown]
+    table.add_column("model", overflow="fold", min_width=min(24, max(5, *map(len, summary["models"] or ["model"]))))
+    for _, head in cols:
+        table.add_column(head, justify="right", no_wrap=True, min_width=len(head))
+    for model, m in summary["models"].items():
+        table.add_row(text(model), *[str(m.get(k, 0)) for k, _ in cols])
+    t = summary["time"]
+    counts = ", ".join(f"{summary.get(outcomes.COUNT_KEYS[o], 0)} {outcomes.COUNT_KEYS[o].replace('_', ' ')}"
+                       for o in outcomes.SHOWN)
+    line = (f"{summary['executed']} executed ({summary['occurrences']} occurrences, "
+            f"{summary['duplicates_skipped']} duplicates skipped): {counts}")
+    times = []
+    for k, label in (("ref_ms_per_case", "reference"), ("compile_ms_per_case", "compile"), ("exec_ms_per_case", "execute")):
+        if t.get(k) is not None:
+            times.append(f"{label} {t[k]:.1f} ms")
+    if times:
+        line += "; per case: " + ", ".join(times)
+    if summary.get("duration_s") is not None:
+        line += f"; total {summary['duration_s']:.1f} s"
+    return table, text(line)
+
+
+def summary_notes(summary: dict) -> list[str]:
+    """Hints printed after the summary: what was left out, how to go on."""
+    notes = []
+    planned = summary.get("planned") or {}
+    opts = summary.get("options") or {}
+    if planned.get("available") and planned["cases"] < planned["available"] and opts.get("markexpr") is None:
+        notes.append(f"{planned['cases']} of {planned['available']} cases selected: the default marker filter "
+                     f"(-m '{marks_mod.DEFAULT_EXCLUDE}') leaves out the rest unless -m is given (-m '' runs all)")
+    files = summary.get("triage_files") or []
+    notes.append("triage files loaded: " + (", ".join(_shown_path(p) for p in files) if files else
+                                            "none (give --triage FILE, or put it in triage/*.yaml)"))
+    t = summary.get("triage") or {}
+    if any(t.get(k) for k in ("new", "regression", "known")):
+        parts = [f"{t.get('new', 0)} new failures", f"{t.get('regression', 0)} regressions",
+                 f"{t.get('known', 0)} known"]
+        if t.get("remove"):
+            parts.append(f"{t['remove']} known failures pass now (remove their entries: "
+                         f"casedb triage update --from-run {summary['run_id']})")
+        elif t.get("new"):
+            parts.append(f"record the new ones as known: casedb triage update --from-run {summary['run_id']}")
+        notes.append("triage: " + ", ".join(parts))
+    if summary.get("error"):
+        notes.append(f"run {summary['run_id']}: {summary['error']}")
+    if summary.get("status") != "finished":
+        notes.append(f"run {summary['run_id']} is {summary.get('status')}: finish it with casedb run --resume {summary['run_id']}")
+    return notes
+
+
+def _shown_path(path: str) -> str:
+    """A path relative to the working directory when it lies below it."""
+    import os
+
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def summary_json(summary: dict) -> dict:
+    return {k: summary.get(k) for k in JSON_KEYS}

@@ -1,0 +1,1 @@
+"""The SQLite database: connection and schema check, migrations, saved cases, run history, merge."""

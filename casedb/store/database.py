@@ -1,0 +1,408 @@
+"""The case store: one SQLite file, opened through sqlite-utils, schema from migrations.
+
+Tables: ``models``, ``cases`` (one row per signature), ``model_cases`` (a case's occurrence in
+a model, with that model's judgement), ``blobs`` (tensor values by sha256), ``runs`` and
+``results`` (execution history). :meth:`Store.save` is the one save every importer goes through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import sqlite_utils
+
+from casedb.cases import marks as marks_mod
+from casedb.store import schema_check
+from casedb.cases.spec import Normalized
+from casedb.errors import NotFound
+from casedb.store.migrations import migrations
+from casedb.serial import dumps, loads, now  # noqa: F401 (re-exported: the store's JSON and time)
+
+DEFAULT_DB = Path("data") / "casedb.sqlite"
+SHIPPED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+
+
+def model_key(name: str) -> str:
+    """Model names match case-insensitively with '-' and '_' alike (gpt_oss = gpt-oss)."""
+    return str(name).strip().lower().replace("_", "-")
+
+
+def db_path(path: str | os.PathLike | None = None) -> Path:
+    """The database a command uses: ``path``, else env ``CASEDB_DB``, else data/casedb.sqlite."""
+    return Path(path or os.environ.get("CASEDB_DB") or DEFAULT_DB)
+
+
+def connect(path: str | os.PathLike) -> sqlite3.Connection:
+    """A connection to a casedb file, as every process opens one: its schema checked to be
+    casedb's (:mod:`casedb.store.schema_check`), explicit transactions, foreign
+    keys, a long busy timeout (runs, imports and shards write concurrently) and NORMAL sync in
+    WAL mode (a commit survives SIGKILL of the process, not a power cut; an fsync per recorded
+    case would dominate small cases)."""
+    conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        # before anything reads or writes it: the file may come from elsewhere, and its
+        # triggers and views would run inside casedb
+        schema_check.check(conn, str(path))
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def shape_summary(inputs: list, attrs: dict) -> str:
+    """`bf16[1, 11, 2880], bf16[2880]` — short, readable, used in listings and test ids."""
+    from casedb.cases import dtypes
+
+    def one(t):
+        return f"{dtypes.short(t['dtype'])}[{', '.join(map(str, t['shape']))}]"
+
+    parts = []
+    for spec in inputs:
+        if "tensor" in spec:
+            parts.append(one(spec["tensor"]))
+        elif "file" in spec:
+            parts.append(one(spec["file"]))
+        elif "tensor_list" in spec:
+            parts.append("[" + ", ".join(one(t) for t in spec["tensor_list"]) + "]")
+        elif "value" in spec:
+            parts.append(json.dumps(spec["value"]))
+        else:
+            parts.append(spec["py"])
+    for k, spec in attrs.items():
+        if isinstance(spec, dict) and "tensor" in spec:
+            parts.append(f"{k}={one(spec['tensor'])}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Occurrence:
+    """A normalized case as it occurs in one model (what `save` stores)."""
+
+    model: str
+    case: Normalized
+    name: str
+    source: str | None
+    count: int = 1
+    position: int = 0
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    family: str | None = None
+    variant_of: str | None = None
+    source: str | None = None
+    description: str | None = None
+    defaults: dict = field(default_factory=dict)
+
+
+class Store:
+    """An open casedb database."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, *, wal: bool = True):
+        """``wal``: switch the file to WAL mode (what concurrent runs need); a reader that must
+        leave the file as it is (``casedb serve``) passes False."""
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite_utils.Database(connect(self.path))
+        if wal and self.db.journal_mode != "wal":
+            self.db.enable_wal()
+        if migrations.pending(self.db):
+            migrations.apply(self.db)
+
+    def close(self):
+        self.db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------------------ writing
+
+    def save(self, models: Iterable[ModelInfo], occurrences: Iterable[Occurrence], *,
+             replace_models: Iterable[str] = ()) -> dict:
+        """Store models and occurrences in one transaction; returns counts.
+
+        An occurrence is keyed by (model, name): saving it again updates that row, so its id, and
+        the history that points at it, stay. ``replace_models``: each of those models keeps only
+        the occurrences saved now; the others are deleted if no run ever judged them, else
+        *retired* (``retired_at`` set): kept for the results and judgements that name them,
+        hidden from listings and plans. Saving a retired occurrence again brings it back.
+        """
+        models = list(models)
+        occurrences = list(occurrences)
+        stamp = now()
+        stored_name: dict[str, str] = {}  # model key -> the name the models table has
+        with self.db.atomic():
+            for m in models:
+                existing = self.model(m.name, missing_ok=True)
+                row = {"name": existing["name"] if existing else m.name, "key": model_key(m.name),
+                       "family": m.family, "variant_of": m.variant_of, "source": m.source,
+                       "description": m.description, "defaults": dumps(m.defaults or {}),
+                       "updated_at": stamp}
+                if existing:
+                    for k in ("family", "variant_of", "description"):
+                        if row[k] is None:
+                            row[k] = existing[k]
+                    if not m.defaults and existing["defaults"]:
+                        row["defaults"] = existing["defaults"]
+                    self.db["models"].update(existing["name"], row)
+                else:
+                    row["created_at"] = stamp
+                    self.db["models"].insert(row)
+                stored_name[model_key(m.name)] = row["name"]
+            new_cases = self.save_cases([o.case for o in occurrences], stamp)
+            rows = []
+            for o in occurrences:
+                c = o.case
+                rows.append({
+                    # gpt-oss in a manifest is the gpt_oss row already stored
+                    "model": stored_name.get(model_key(o.model), o.model), "signature": c.signature,
+                    "name": o.name, "description": c.description, "source": o.source, "position": o.position,
+                    "count": o.count, "marks": dumps(c.marks) if c.marks else "[]", "dtype": c.declared_dtype,
+                    "rtol": c.rtol, "atol": c.atol, "skip_if": dumps(c.skip_if),
+                    "expects_error": dumps(c.expects_error), "xfail": dumps(c.xfail),
+                })
+            if rows:
+                # (model, name) is the natural key; keep the row id stable across re-imports.
+                self.db.conn.executemany(
+                    """INSERT INTO model_cases (model, signature, name, description, source, position, count,
+                           marks, dtype, rtol, atol, skip_if, expects_error, xfail)
+                       VALUES (:model, :signature, :name, :description, :source, :position, :count,
+                           :marks, :dtype, :rtol, :atol, :skip_if, :expects_error, :xfail)
+                       ON CONFLICT (model, name) DO UPDATE SET signature=excluded.signature,
+                           description=excluded.description, source=excluded.source,
+                           position=excluded.position, count=excluded.count, marks=excluded.marks,
+                           dtype=excluded.dtype, rtol=excluded.rtol, atol=excluded.atol,
+                           skip_if=excluded.skip_if, expects_error=excluded.expects_error,
+                           xfail=excluded.xfail, retired_at=NULL""",
+                    rows,
+                )
+            retired = removed = 0
+            for name in replace_models:
+                model = stored_name.get(model_key(name)) or name
+                keep = {r["name"] for r in rows if r["model"] == model}
+                r, d = self._retire_others(model, keep, stamp)
+                retired += r
+                removed += d
+        return {"new_cases": new_cases, "occurrences": len(occurrences), "retired": retired, "removed": removed}
+
+    def _retire_others(self, model: str, keep: set, stamp: str) -> tuple[int, int]:
+        """Retire `model`'s current occurrences not named in `keep`; delete those of them that no
+        result or judgement refers to, unless a run is in progress (it may judge any of them
+        next). Returns (retired, deleted)."""
+        gone = [i for i, name in self.db.execute(
+            "SELECT id, name FROM model_cases WHERE model = ? AND retired_at IS NULL", [model]) if name not in keep]
+        for i in range(0, len(gone), 900):
+            chunk = gone[i:i + 900]
+            self.db.execute(f"UPDATE model_cases SET retired_at = ? WHERE id IN ({','.join('?' * len(chunk))})",
+                            [stamp, *chunk])
+        if not gone or self.db.execute("SELECT 1 FROM runs WHERE status = 'running' LIMIT 1").fetchone():
+            return len(gone), 0
+        # One pass over each history table (no index on results.model_case_id).
+        deleted = self.db.execute(
+            """DELETE FROM model_cases WHERE model = ? AND retired_at = ?
+                 AND id NOT IN (SELECT model_case_id FROM judgements WHERE model_case_id IS NOT NULL)
+                 AND id NOT IN (SELECT model_case_id FROM results WHERE model_case_id IS NOT NULL)""",
+            [model, stamp]).rowcount
+        return len(gone) - deleted, deleted
+
+    def save_cases(self, cases: Iterable[Normalized], stamp: str | None = None) -> int:
+        """Insert cases (and their blobs) not stored yet; returns how many were new."""
+        stamp = stamp or now()
+        seen = set()
+        rows, blobs = [], {}
+        for c in cases:
+            if c.signature in seen:
+                continue
+            seen.add(c.signature)
+            blobs.update(c.blobs)
+            rows.append({
+                "signature": c.signature, "op": c.op, "inputs": dumps(c.inputs), "attrs": dumps(c.attrs),
+                "dtype": c.dtype, "seed": c.seed, "marks": dumps(c.derived_marks),
+                "shapes": shape_summary(c.inputs, c.attrs), "created_at": stamp,
+            })
+        before = self.db.execute("SELECT count(*) FROM cases").fetchone()[0]
+        if blobs:
+            self.db["blobs"].insert_all(
+                ({"sha256": k, "data": v, "size": len(v)} for k, v in blobs.items()), ignore=True)
+        if rows:
+            self.db["cases"].insert_all(rows, ignore=True, batch_size=2000)
+        return self.db.execute("SELECT count(*) FROM cases").fetchone()[0] - before
+
+    def existing_signatures(self, signatures: Iterable[str]) -> set[str]:
+        sigs = list(set(signatures))
+        found = set()
+        for i in range(0, len(sigs), 900):
+            chunk = sigs[i:i + 900]
+            q = f"SELECT signature FROM cases WHERE signature IN ({','.join('?' * len(chunk))})"
+            found.update(r[0] for r in self.db.execute(q, chunk).fetchall())
+        return found
+
+    # ------------------------------------------------------------------------------ reading
+
+    def model(self, name: str, *, missing_ok: bool = False) -> dict | None:
+        rows = list(self.db.query("SELECT * FROM models WHERE key = ?", [model_key(name)]))
+        if rows:
+            return rows[0]
+        if missing_ok:
+            return None
+        known = [r["name"] for r in self.db.query("SELECT name FROM models ORDER BY name")]
+        raise NotFound(f"no model {name!r} in {self.path}; known models: {', '.join(known) or '(none: run casedb import)'}")
+
+    def models_defaults(self, name: str) -> dict:
+        return loads(self.model(name)["defaults"]) or {}
+
+    def models(self) -> list[dict]:
+        q = """SELECT m.name, m.family, m.variant_of, m.source, m.description, m.defaults,
+                      count(mc.id) AS cases, count(DISTINCT mc.signature) AS unique_cases,
+                      coalesce(sum(mc.count), 0) AS calls, count(DISTINCT c.op) AS ops
+               FROM models m LEFT JOIN model_cases mc ON mc.model = m.name AND mc.retired_at IS NULL
+               LEFT JOIN cases c ON c.signature = mc.signature
+               GROUP BY m.name ORDER BY m.name"""
+        out = []
+        for r in self.db.query(q):
+            r["defaults"] = loads(r["defaults"]) or {}
+            out.append(r)
+        return out
+
+    def occurrences(self, models: list[str] | None = None, *, op: str | None = None,
+                    keyword: str | None = None, markexpr: str | None = None,
+                    show_excluded: bool = False) -> list[dict]:
+        """Case occurrences with their case, filtered like pytest's -k/-m; ordered by model, position."""
+        where, params = [], []
+        if models:
+            names = [self.model(m)["name"] for m in models]
+            where.append(f"mc.model IN ({','.join('?' * len(names))})")
+            params += names
+        if op:
+            where.append("(c.op = ? OR c.op LIKE ?)")
+            params += [op, f"%{op}%"]
+        expr = marks_mod.MarkExpression(markexpr if markexpr is not None else
+                                        (marks_mod.DEFAULT_EXCLUDE if show_excluded else ""))
+        kw = keyword.lower() if keyword else None
+        out = []
+        for row in self._occ_where(" AND ".join(where) or "1", params):
+            if kw and kw not in f"{row['name']} {row['op']} {row['model']}".lower():
+                continue
+            if expr.matches(row["marks"]) == show_excluded:
+                continue
+            out.append(row)
+        return out
+
+    def mark_names(self) -> set[str]:
+        """Every mark a current case carries (derived or declared) and every model's ``model_<name>``."""
+        from casedb.run.plan import model_mark
+
+        q = """SELECT DISTINCT j.value AS mark FROM model_cases mc JOIN cases c ON c.signature = mc.signature,
+                      json_each(CASE WHEN json_valid(c.marks) THEN c.marks ELSE '[]' END) j
+               WHERE mc.retired_at IS NULL
+               UNION SELECT DISTINCT j.value FROM model_cases mc,
+                      json_each(CASE WHEN json_valid(mc.marks) THEN mc.marks ELSE '[]' END) j
+               WHERE mc.retired_at IS NULL"""
+        names = {str(r["mark"]) for r in self.db.query(q)}
+        return names | {model_mark(r["name"]) for r in self.db.query("SELECT name FROM models")}
+
+    def find(self, name_or_signature: str) -> list[dict]:
+        """Occurrences whose case name or signature (prefix, ≥ 6 hex digits) matches; retired
+        occurrences (``import --replace``) only when nothing current does, so a command from an
+        old report still finds its case."""
+        text = name_or_signature.strip()
+        rows = []
+        for retired in (False, True):
+            if len(text) >= 6 and all(ch in "0123456789abcdef" for ch in text.lower()):
+                rows = self._occ_where("mc.signature LIKE ?", [text.lower() + "%"], retired=retired)
+            if not rows:
+                rows = self._occ_where("mc.name = ?", [text], retired=retired)
+            if not rows and "::" in text:
+                model, _, name = text.partition("::")
+                m = self.model(model, missing_ok=True)
+                if m:
+                    rows = self._occ_where("mc.model = ? AND mc.name = ?", [m["name"], name], retired=retired)
+            if rows:
+                break
+        if not rows:
+            raise NotFound(f"no case named {text!r} and no signature starting with it; try: casedb cases -k {text}")
+        return rows
+
+    def _occ_where(self, cond: str, params: list, *, retired: bool = False) -> list[dict]:
+        """Occurrences matching `cond`: current ones, or with `retired` the retired ones only."""
+        state = "mc.retired_at IS NOT NULL" if retired else "mc.retired_at IS NULL"
+        q = f"""SELECT mc.id, mc.model, mc.name, c.op, mc.signature, c.shapes, c.dtype, c.seed,
+                       c.inputs, c.attrs, c.marks AS derived_marks, mc.marks AS own_marks,
+                       mc.description, mc.source, mc.count, mc.rtol, mc.atol, mc.dtype AS declared_dtype,
+                       mc.skip_if, mc.expects_error, mc.xfail, mc.position
+                FROM model_cases mc JOIN cases c ON c.signature = mc.signature WHERE ({cond}) AND {state}
+                ORDER BY mc.model, mc.position, mc.id"""
+        return [decode_occurrence(r) for r in self.db.query(q, params)]
+
+    def case(self, signature: str) -> dict:
+        rows = list(self.db.query("SELECT * FROM cases WHERE signature = ?", [signature]))
+        if not rows:
+            raise NotFound(f"no case with signature {signature}")
+        r = rows[0]
+        for k in ("inputs", "attrs", "marks"):
+            r[k] = loads(r[k])
+        return r
+
+    def load_blob(self, sha: str) -> bytes:
+        row = self.db.execute("SELECT data FROM blobs WHERE sha256 = ?", [sha]).fetchone()
+        if row is None:
+            raise NotFound(f"blob {sha} is missing from {self.path}")
+        return row[0]
+
+    def stats(self) -> dict:
+        one = lambda q: self.db.execute(q).fetchone()[0]  # noqa: E731
+        cases = one("SELECT count(*) FROM cases")
+        occurrences = one("SELECT count(*) FROM model_cases WHERE retired_at IS NULL")
+        return {
+            "models": one("SELECT count(*) FROM models"),
+            "cases": cases,
+            "occurrences": occurrences,
+            "duplicates": occurrences - cases if occurrences else 0,
+            "cross_model_cases": one(
+                "SELECT count(*) FROM (SELECT signature FROM model_cases WHERE retired_at IS NULL"
+                " GROUP BY signature HAVING count(DISTINCT model) > 1)"),
+            "ops": one("SELECT count(DISTINCT op) FROM cases"),
+            "calls": one("SELECT coalesce(sum(count), 0) FROM model_cases WHERE retired_at IS NULL"),
+            "blobs": one("SELECT count(*) FROM blobs"),
+            "runs": one("SELECT count(*) FROM runs"),
+            "results": one("SELECT count(*) FROM results"),
+        }
+
+
+def decode_occurrence(r: dict) -> dict:
+    for k in ("inputs", "attrs", "derived_marks", "own_marks", "skip_if", "expects_error", "xfail"):
+        r[k] = loads(r[k])
+    r["marks"] = sorted(set(r["derived_marks"] or []) | set(r["own_marks"] or []))
+    return r
+
+
+def open_store(path: str | os.PathLike | None = None, *, wal: bool = True) -> Store:
+    """Open the DB at `path` (default data/casedb.sqlite). A new default DB is filled from the
+    shipped manifests, so `casedb run --model granite4h` works on a fresh clone."""
+    path = db_path(path)
+    fresh = not path.exists()
+    store = Store(path, wal=wal)
+    if fresh and path.resolve() == DEFAULT_DB.resolve():
+        seed_from_manifests(store)
+    return store
+
+
+def seed_from_manifests(store: Store) -> None:
+    from casedb.ingest import save as ingest
+
+    manifests = sorted(SHIPPED_MANIFESTS.glob("*.yaml")) if SHIPPED_MANIFESTS.is_dir() else []
+    if manifests:
+        ingest.import_paths(store, manifests)

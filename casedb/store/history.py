@@ -1,0 +1,303 @@
+"""Run history: the ``runs``, ``results`` and ``judgements`` rows. The only module that writes them.
+
+A run is a ``runs`` row (its selection, target, status and summary), a ``results`` row per
+executed case and a ``judgements`` row per model occurrence judged. Rows are written by the
+recording process as each case's report arrives and committed per case, so a run killed with
+SIGKILL keeps everything reported so far, and ``--resume`` runs the rest exactly once (unique
+indexes make a second write of the same case a no-op). :func:`summarize` computes a run's
+figures from its rows, so a resumed or merged run sums every part.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+import sqlite3
+import sys
+import uuid
+from typing import Any
+
+from casedb import __version__, outcomes
+from casedb.errors import NotFound
+from casedb.serial import dumps, loads, now
+from casedb.store.database import connect as _connect_store
+
+RESULT_COLUMNS = ("outcome", "reason", "compare_mode", "max_abs_err", "max_rel_err", "mismatch_count",
+                  "nan_inf_mismatch", "t_ref", "t_compile", "t_exec", "error_type", "error_message", "traceback",
+                  "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous", "exercised", "lowering")
+JUDGEMENT_COLUMNS = ("run_id", "result_id", "model_case_id", "model", "signature", "outcome", "reason", "rtol",
+                     "atol", "stage", "triage", "triage_where", "created_at")
+
+
+def connect(path: str | os.PathLike) -> sqlite3.Connection:
+    """The store's connection (casedb.store.database.connect), rows as sqlite3.Row."""
+    conn = _connect_store(path)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def torch_version() -> str | None:
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # not installed as a distribution: unknown
+        return None
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+def start_run(conn: sqlite3.Connection, *, selection: dict, args: list[str], device: str | None,
+              backend: str) -> int:
+    """Insert a `running` runs row; returns its id."""
+    cur = conn.execute(
+        """INSERT INTO runs (uid, started_at, status, device, backend, torch_version, casedb_version, host, args, selection)
+           VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
+        [uuid.uuid4().hex, now(), device, backend, torch_version(), __version__, socket.gethostname(),
+         dumps(list(args)), dumps(selection)])
+    return cur.lastrowid
+
+
+def get_run(conn: sqlite3.Connection, run_id: int) -> dict:
+    row = conn.execute("SELECT * FROM runs WHERE id = ?", [run_id]).fetchone()
+    if row is None:
+        last = conn.execute("SELECT max(id) FROM runs").fetchone()[0]
+        raise NotFound(f"no run {run_id}" + (f" (the last run is {last})" if last else " (no runs recorded yet)"))
+    d = dict(row)
+    d["selection"] = loads(d["selection"]) or {}
+    d["summary"] = loads(d["summary"])
+    return d
+
+
+def update_selection(conn: sqlite3.Connection, run_id: int, **changes) -> dict:
+    sel = get_run(conn, run_id)["selection"]
+    sel.update(changes)
+    conn.execute("UPDATE runs SET selection = ? WHERE id = ?", [dumps(sel), run_id])
+    return sel
+
+
+def reopen_run(conn: sqlite3.Connection, run_id: int) -> None:
+    """Mark a run running again (``--resume``), noting when and by whom."""
+    sel = get_run(conn, run_id)["selection"]
+    update_selection(conn, run_id, resumed=sel.get("resumed", []) + [{"at": now(), "pid": os.getpid()}])
+    conn.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [run_id])
+
+
+def finish_run(conn: sqlite3.Connection, run_id: int, status: str, *, error: str | None = None,
+               fatal: str | None = None, session: dict | None = None) -> dict:
+    """Close a run: status, end time and its summary. ``error``: why it is not complete;
+    ``fatal``: the target could not be used at all; ``session``: figures of the last session."""
+    conn.execute("UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", [now(), status, run_id])
+    summary = summarize(conn, run_id)
+    if session:
+        summary["session"] = session
+    if error or fatal:
+        summary["error"] = error or fatal
+    if fatal:
+        summary["fatal"] = fatal
+    conn.execute("UPDATE runs SET summary = ? WHERE id = ?", [dumps(summary), run_id])
+    return summary
+
+
+def refresh_summary(conn: sqlite3.Connection, run_id: int) -> dict:
+    summary = summarize(conn, run_id)
+    conn.execute("UPDATE runs SET summary = ? WHERE id = ?", [dumps(summary), run_id])
+    return summary
+
+
+def set_run(conn: sqlite3.Connection, run_id: int, **columns) -> None:
+    """Update columns of a runs row (``selection`` and ``summary`` given as data)."""
+    for k in ("selection", "summary"):
+        if k in columns:
+            columns[k] = dumps(columns[k])
+    assigns = ", ".join(f"{k} = ?" for k in columns)
+    conn.execute(f"UPDATE runs SET {assigns} WHERE id = ?", [*columns.values(), run_id])
+
+
+def insert_run(conn: sqlite3.Connection, values: dict) -> int:
+    """Insert a whole runs row (a copy from another database); returns its id."""
+    cols = list(values)
+    return conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                        [values[c] for c in cols]).lastrowid
+
+
+def insert_result(conn: sqlite3.Connection, values: dict) -> int | None:
+    """Insert a results row unless the run has this case already; returns its id or None."""
+    cols = list(values)
+    cur = conn.execute(f"INSERT OR IGNORE INTO results ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                       [values[c] for c in cols])
+    return cur.lastrowid if cur.rowcount else None
+
+
+def insert_judgement(conn: sqlite3.Connection, values: dict) -> bool:
+    """Insert a judgements row unless the run has judged this occurrence already."""
+    cols = [c for c in JUDGEMENT_COLUMNS if c in values]
+    cur = conn.execute(f"INSERT OR IGNORE INTO judgements ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                       [values[c] for c in cols])
+    return cur.rowcount > 0
+
+
+def done_keys(conn: sqlite3.Connection, run_id: int, *, dedupe: bool, upto: tuple[int, int] | None = None) -> set:
+    """Keys of the items run `run_id` already has (a result, or judgements when skipped);
+    ``upto`` = (last result id, last judgement id) freezes the set at a moment."""
+    r_max, j_max = upto or (1 << 62, 1 << 62)
+    keys = set()
+    for sig, mcid in conn.execute("SELECT signature, model_case_id FROM results WHERE run_id = ? AND id <= ?",
+                                  [run_id, r_max]):
+        keys.add((sig, None if dedupe else mcid))
+    for sig, mcid in conn.execute("SELECT signature, model_case_id FROM judgements WHERE run_id = ? AND id <= ?",
+                                  [run_id, j_max]):
+        keys.add((sig, None if dedupe else mcid))
+    return keys
+
+
+def high_water(conn: sqlite3.Connection, run_id: int) -> tuple[int, int]:
+    r = conn.execute("SELECT ifnull(max(id), 0) FROM results WHERE run_id = ?", [run_id]).fetchone()[0]
+    j = conn.execute("SELECT ifnull(max(id), 0) FROM judgements WHERE run_id = ?", [run_id]).fetchone()[0]
+    return r, j
+
+
+class Recorder:
+    """Writes one run's results as reports arrive (the recording process only)."""
+
+    def __init__(self, conn: sqlite3.Connection, run_id: int):
+        self.conn = conn
+        self.run_id = run_id
+        self.device_known = get_run(conn, run_id)["device"] is not None
+
+    def record(self, item, payload: dict, *, duration: float | None = None,
+               worker: str | None = None, test_id: str | None = None) -> bool:
+        """Store a payload (casedb.run.target.execute_item's, or a lost_payload) in one transaction;
+        False when this run already has the item (exactly once). An occurrence deleted since the
+        run planned it (``import --replace`` in another process) is recorded without its link."""
+        mcid = None if item.dedupe else item.occurrences[0]["model_case_id"]
+        try:
+            return self._record(item, payload, mcid, duration, worker, test_id)
+        except sqlite3.IntegrityError:
+            gone = self._deleted_occurrences([mcid, *(j["model_case_id"] for j in payload["judgements"])])
+            if not gone:
+                raise
+            payload = {**payload, "judgements": [{**j, "model_case_id": None} if j["model_case_id"] in gone else j
+                                                 for j in payload["judgements"]]}
+            return self._record(item, payload, None if mcid in gone else mcid, duration, worker, test_id)
+
+    def _deleted_occurrences(self, ids: list) -> set:
+        ids = [i for i in ids if i is not None]
+        found = {r[0] for r in self.conn.execute(
+            f"SELECT id FROM model_cases WHERE id IN ({', '.join('?' * len(ids))})", ids)} if ids else set()
+        return set(ids) - found
+
+    def _record(self, item, payload: dict, mcid, duration, worker, test_id) -> bool:
+        stamp = now()
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result_id = None
+            res = payload.get("result")
+            if res is not None:
+                row = {"run_id": self.run_id, "signature": item.signature, "model_case_id": mcid,
+                       **{k: res.get(k) for k in RESULT_COLUMNS}, "metrics": dumps(res.get("metrics")),
+                       "duration": duration, "worker": worker, "test_id": test_id, "created_at": stamp}
+                result_id = insert_result(conn, row)
+                if result_id is None:
+                    conn.execute("ROLLBACK")
+                    return False
+            inserted = 0
+            for j in payload["judgements"]:
+                inserted += insert_judgement(conn, {
+                    "run_id": self.run_id, "result_id": result_id, "model_case_id": j["model_case_id"],
+                    "model": j["model"], "signature": item.signature, "outcome": j["outcome"], "reason": j["reason"],
+                    "rtol": j["rtol"], "atol": j["atol"], "stage": j.get("stage"), "triage": j.get("triage"),
+                    "triage_where": j.get("triage_where"), "created_at": stamp})
+            if result_id is None and inserted == 0:
+                conn.execute("ROLLBACK")
+                return False
+            if not self.device_known and payload.get("device"):
+                conn.execute("UPDATE runs SET device = ? WHERE id = ? AND device IS NULL", [payload["device"], self.run_id])
+                self.device_known = True
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return True
+
+
+# ------------------------------------------------------------------------------------- figures
+
+def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
+    """A run's figures, from its rows (so a resumed or merged run sums every part)."""
+    run = get_run(conn, run_id)
+    sel = run["selection"]
+    out: dict[str, Any] = {"run_id": run_id, "status": run["status"], "device": run["device"],
+                           "backend": run["backend"], "started_at": run["started_at"],
+                           "finished_at": run["finished_at"]}
+    counts = dict.fromkeys(outcomes.COUNT_KEYS.values(), 0)
+    executed = 0
+    for outcome, n in conn.execute("SELECT outcome, count(*) FROM results WHERE run_id = ? GROUP BY outcome", [run_id]):
+        executed += n
+        if outcome in outcomes.COUNT_KEYS:
+            counts[outcomes.COUNT_KEYS[outcome]] += n
+    dedupe = (sel.get("options") or {}).get("dedupe", True)
+    skipped_q = ("SELECT count(DISTINCT signature) FROM judgements WHERE run_id = ? AND result_id IS NULL" if dedupe
+                 else "SELECT count(*) FROM judgements WHERE run_id = ? AND result_id IS NULL")
+    counts["skipped"] = conn.execute(skipped_q, [run_id]).fetchone()[0]
+    occurrences = conn.execute("SELECT count(*) FROM judgements WHERE run_id = ?", [run_id]).fetchone()[0]
+    cases = executed + counts["skipped"]
+    out.update(executed=executed, **counts)
+    out["occurrences"] = occurrences
+    out["cases"] = cases
+    out["duplicates_skipped"] = occurrences - cases if dedupe else 0
+    out["unexpected"] = sum(counts[outcomes.COUNT_KEYS[o]] for o in outcomes.UNEXPECTED)
+    out["judge"] = (sel.get("options") or {}).get("judge")
+    out["vacuous"] = conn.execute("SELECT count(*) FROM results WHERE run_id = ? AND vacuous IS NOT NULL",
+                                  [run_id]).fetchone()[0]
+    out["lowering"] = dict(conn.execute("""SELECT lowering, count(*) FROM results WHERE run_id = ? AND lowering IS NOT NULL
+                                           GROUP BY lowering ORDER BY lowering""", [run_id]).fetchall())
+    out["stages"] = dict(conn.execute("""SELECT stage, count(*) FROM results WHERE run_id = ? AND stage IS NOT NULL
+                                         GROUP BY stage ORDER BY stage""", [run_id]).fetchall())
+    # how the judgements read under the run's triage files: new failures apart from regressions
+    out["triage"] = dict(conn.execute("""SELECT triage, count(*) FROM judgements WHERE run_id = ? AND triage IS NOT NULL
+                                         GROUP BY triage ORDER BY triage""", [run_id]).fetchall())
+    out["triage"]["remove"] = conn.execute("""SELECT count(*) FROM judgements WHERE run_id = ? AND triage = 'known'
+                                              AND outcome = 'xpassed'""", [run_id]).fetchone()[0]
+    out["planned"] = sel.get("planned")
+    out["options"] = sel.get("options")
+    out["triage_files"] = list((sel.get("options") or {}).get("triage") or [])
+    t = conn.execute("""SELECT sum(t_ref), sum(t_compile), sum(t_exec), sum(duration), count(t_compile), count(t_exec)
+                        FROM results WHERE run_id = ?""", [run_id]).fetchone()
+    out["time"] = {"ref_s": _r(t[0]), "compile_s": _r(t[1]), "exec_s": _r(t[2]), "cases_s": _r(t[3]),
+                   "compile_ms_per_case": _r(1000 * t[1] / t[4]) if t[4] else None,
+                   "exec_ms_per_case": _r(1000 * t[2] / t[5]) if t[5] else None,
+                   "ref_ms_per_case": _r(1000 * t[0] / executed) if executed and t[0] is not None else None}
+    models: dict[str, dict] = {}
+    for model, outcome, n in conn.execute(
+            "SELECT model, outcome, count(*) FROM judgements WHERE run_id = ? GROUP BY model, outcome ORDER BY model",
+            [run_id]):
+        m = models.setdefault(model, dict(dict.fromkeys(outcomes.COUNT_KEYS.values(), 0), occurrences=0))
+        m["occurrences"] += n
+        if outcome in outcomes.COUNT_KEYS:
+            m[outcomes.COUNT_KEYS[outcome]] += n
+    out["models"] = models
+    if run["started_at"] and run["finished_at"]:
+        out["duration_s"] = _r((_dt.datetime.fromisoformat(run["finished_at"])
+                                - _dt.datetime.fromisoformat(run["started_at"])).total_seconds())
+    return out
+
+
+def _r(x, digits: int = 4):
+    return None if x is None else round(float(x), digits)
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
