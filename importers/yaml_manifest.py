@@ -11,7 +11,6 @@ expansion and integer length; tags other than the plain ones are refused; nothin
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +26,7 @@ from yaml.scanner import Scanner
 
 from casedb.cases.spec import MAX_RANK, MAX_TENSOR_LIST
 from casedb.errors import InputError
+from casedb.names import did_you_mean, model_key
 from importers import files
 
 try:
@@ -323,9 +323,8 @@ def sniff(path: Path, head: str) -> bool:
 
 def variant_name(model: str, path: Path) -> tuple[str, str | None]:
     """(model name, base model) following the `<model>-<backend>.yaml` convention."""
-    norm = lambda s: s.lower().replace("_", "-")  # noqa: E731
-    stem = norm(path.stem)
-    key = norm(model)
+    stem = model_key(path.stem)
+    key = model_key(model)
     if stem.startswith(key + "-") and len(stem) > len(key) + 1:
         suffix = path.stem[len(model) + 1:]
         return f"{model}-{suffix}", model
@@ -342,9 +341,8 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
         raise InputError("a manifest is a mapping with 'model' and 'cases' (RFC-0186 schema)", where=str(path))
     for k in doc:
         if k not in TOP_KEYS:
-            close = difflib.get_close_matches(str(k), TOP_KEYS, n=1)
-            hint = f" — did you mean {close[0]!r}?" if close else ""
-            raise InputError(f"unknown top-level key {k!r}{hint} (allowed: {', '.join(TOP_KEYS)})", where=str(path))
+            hint = did_you_mean(k, TOP_KEYS)
+            raise InputError(f"unknown top-level key {k!r}{' — ' + hint if hint else ''} (allowed: {', '.join(TOP_KEYS)})", where=str(path))
     if "model" not in doc or not isinstance(doc["model"], (str, int)) or not str(doc["model"]).strip():
         raise InputError("missing 'model: <name>' at the top of the manifest", where=f"{path}:1")
     if "default" in doc and "defaults" in doc:

@@ -158,7 +158,7 @@ def _match(node, marks: set) -> bool:
 
 def unknown_marks(markexpr: str, known) -> str | None:
     """What is wrong with an -m expression naming marks outside ``known`` (None: nothing)."""
-    import difflib
+    from casedb.names import did_you_mean
 
     try:
         unknown = sorted(MarkExpression(markexpr).idents() - set(known))
@@ -168,7 +168,7 @@ def unknown_marks(markexpr: str, known) -> str | None:
         return None
     hints = []
     for name in unknown:
-        close = difflib.get_close_matches(name, sorted(known), n=1)
-        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        hint = did_you_mean(name, sorted(known))
+        hints.append(f"{name!r}" + (f" ({hint})" if hint else ""))
     return (f"-m {markexpr!r}: no case or model has the mark {', '.join(hints)}; "
             "pytest --list-cases-by-mark -m '' shows every case's marks")

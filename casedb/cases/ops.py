@@ -28,7 +28,6 @@ rule (``file``/``save``/``load``/``seed``, ``set_``) hold for every spelling.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import operator
@@ -37,8 +36,8 @@ from typing import Any, Callable
 
 import torch
 
+from casedb import names
 from casedb.cases import dispatcher
-from casedb.cases.spec import normalize_op
 
 
 class UnknownOpError(LookupError):
@@ -323,12 +322,9 @@ def _lookup(name: str) -> tuple[Callable, str, str, str]:
     if not isinstance(name, str) or not name.strip():
         raise UnknownOpError(f"op name must be a non-empty string, got {name!r}; forms: {FORMS}")
     try:
-        n = normalize_op(name)
+        n = names.op_path(name)
     except ValueError as e:
         raise UnknownOpError(str(e)) from None
-    if "::" in n and not n.startswith("torch."):
-        ns, rest = n.split("::", 1)
-        n = f"torch.ops.{ns}.{rest}"
     parts = n.split(".")
     if any(p.startswith("__") for p in parts[:-1]) or any(p.startswith("_") for p in parts[1:-2]):
         raise UnsafeOpError(f"op {name!r}: private attributes are not ops")
@@ -422,5 +418,5 @@ def _dir(path: str) -> list[str]:
 
 
 def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, [c for c in choices if not c.startswith("_")], n=3)
-    return f" — did you mean {', '.join(close)}?" if close else ""
+    hint = names.did_you_mean(word, [c for c in choices if not c.startswith("_")], n=3, quote=False)
+    return f" — {hint}" if hint else ""

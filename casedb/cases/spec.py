@@ -11,7 +11,6 @@ Every error names the place (``file:line``), the case and what is allowed.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import math
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from casedb.cases import blobs, dtypes, marks as marks_mod, presets, safe_eval, signature as sig_mod
+from casedb import names
 from casedb.errors import InputError
 
 CASE_KEYS = ("name", "op", "inputs", "attrs", "kwmap", "description", "expects_error", "marks",
@@ -76,23 +76,8 @@ def _where(source: str | None, obj, fallback: str | None = None) -> str | None:
 
 
 def unknown_key_message(key: str, allowed) -> str:
-    close = difflib.get_close_matches(str(key), list(allowed), n=1)
-    hint = f" — did you mean {close[0]!r}?" if close else ""
-    return f"unknown key {key!r}{hint} (allowed: {', '.join(allowed)})"
-
-
-def normalize_op(op: Any) -> str:
-    if not isinstance(op, str) or not op.strip():
-        raise ValueError("'op' must be a non-empty string such as torch.add or torch.ops.aten.mm.default")
-    op = op.strip()
-    if op.startswith("aten::"):
-        rest = op[len("aten::"):]
-        return "torch.ops.aten." + rest.replace("::", ".")
-    if op.startswith("aten."):
-        return "torch.ops." + op
-    if op.startswith("F."):
-        return "torch.nn.functional." + op[2:]
-    return op
+    hint = names.did_you_mean(key, allowed)
+    return f"unknown key {key!r}{' — ' + hint if hint else ''} (allowed: {', '.join(allowed)})"
 
 
 def _refuse_unsafe_op(op: str) -> None:
@@ -183,7 +168,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
                 raise ValueError(unknown_key_message(k, CASE_KEYS))
         if "op" not in case:
             raise ValueError("missing 'op' (e.g. op: torch.add)")
-        op = normalize_op(case["op"])
+        op = names.normalize_op(case["op"])
         _refuse_unsafe_op(op)
         declared = dtypes.canonical(case["dtype"]) if case.get("dtype") is not None else None
         case_dtype = declared or dtypes.canonical(defaults.get("dtype") or "float32")

@@ -119,7 +119,7 @@ class Rule:
 
     def matches(self, *, op: str, name: str, model: str, signature: str, device: str, backend: str,
                 dtype: str) -> bool:
-        from casedb.store.database import model_key
+        from casedb.names import model_key
 
         checks = ((self.op, op), (self.name, name), (self.device, device), (self.backend, backend),
                   (self.dtype, dtype))

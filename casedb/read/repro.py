@@ -161,7 +161,7 @@ def _tensor(leaf, load_blob) -> dict:
 
 
 def _op(op: str) -> dict:
-    from casedb.cases.spec import normalize_op
+    from casedb.names import normalize_op
     from casedb.cases.ops import UnknownOpError, op_info
 
     try:

@@ -145,7 +145,7 @@ def _merge_one(conn, src: Source, combined) -> tuple[dict, int | None]:
 def _copy_models(conn, src: Source, part: dict) -> dict[str, str]:
     """Insert the models the target lacks; returns source name -> the target's name (models
     match by key: gpt_oss there is gpt-oss here)."""
-    from casedb.store.database import model_key
+    from casedb.names import model_key
 
     cols = _shared(conn, src, "models", skip=("key",))
     names = {}

@@ -151,12 +151,13 @@ class Source:
 
 def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
     """A stored case's row as casedb would store it, or ValueError saying what does not hold."""
-    from casedb.cases import spec as casespec
+    from casedb import names
     from casedb.cases import signature as sig_mod
+    from casedb.cases import spec as casespec
     from casedb.store.database import shape_summary
 
     try:
-        if not isinstance(op, str) or casespec.normalize_op(op) != op:
+        if not isinstance(op, str) or names.normalize_op(op) != op:
             raise ValueError(f"op {op!r} is not an op as casedb stores it")
         inputs, attrs = json.loads(inputs), json.loads(attrs)
         if not isinstance(inputs, list) or not isinstance(attrs, dict):

@@ -93,7 +93,6 @@ as text, leaving every other byte as it was: see :func:`propose`.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import functools
 import math
@@ -106,7 +105,7 @@ from typing import Iterable
 
 from casedb.cases import dtypes, marks as marks_mod
 from casedb.judge import numerics
-from casedb import outcomes
+from casedb import names, outcomes
 from casedb.store import schema_check
 from casedb.escape import yaml_comment as emit_comment, yaml_scalar as scalar
 from casedb.errors import InputError, NotFound
@@ -156,11 +155,7 @@ class Problem:
 
 
 def _did_you_mean(word, choices) -> str | None:
-    close = difflib.get_close_matches(str(word).lower(), [str(c).lower() for c in choices], n=1, cutoff=0.6)
-    if not close:
-        return None
-    original = next(c for c in choices if str(c).lower() == close[0])
-    return f"did you mean {original!r}?"
+    return names.did_you_mean(word, choices, ignore_case=True) or None
 
 
 # ------------------------------------------------------------------------------------- patterns
@@ -203,9 +198,7 @@ class _Pattern:
 
 @functools.lru_cache(maxsize=4096)
 def _model_norm(text: str) -> str:
-    from casedb.store.database import model_key
-
-    return model_key(text)
+    return names.model_key(text)
 
 
 _NORMALIZE = {"model": _model_norm}

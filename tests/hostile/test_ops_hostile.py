@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from casedb.cases.spec import normalize_op
+from casedb.names import normalize_op
 from casedb.run.execute import judge, run_case
 from casedb.cases.ops import UnsafeOpError, refuse_unsafe
 from casedb.run.target import import_module
