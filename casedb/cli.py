@@ -54,9 +54,9 @@ def _main(
 
 
 def open_db():
-    from casedb.store.database import open_store
+    from casedb.ingest.seed import open_seeded
 
-    return open_store(state.db)
+    return open_seeded(state.db)
 
 
 def fail(e: Exception, code: int = 2):

@@ -253,12 +253,12 @@ def _listing(config) -> None:
     from casedb.cases import marks as marks_mod
     from casedb.run.console import clean
     from casedb.run.plan import model_mark
-    from casedb.store.database import open_store
+    from casedb.ingest.seed import open_seeded
 
     opt = config.option
     models = opt.casedb_models or None
     by_mark = opt.casedb_list_cases_by_mark
-    with open_store(_db_arg(config)) as store:
+    with open_seeded(_db_arg(config)) as store:
         if opt.casedb_list_models:
             for m in store.models():
                 print(clean(f"{m['name']}: {m['cases']} cases ({m['unique_cases']} unique), {m['ops']} ops"
@@ -329,10 +329,10 @@ class _Cases:
         if self._plan is None:
             from casedb.errors import CasedbError
             from casedb.run.plan import build_plan
-            from casedb.store.database import open_store
+            from casedb.ingest.seed import open_seeded
 
             try:
-                with _db_lock(self.db_path), open_store(self.db_path) as store:
+                with _db_lock(self.db_path), open_seeded(self.db_path) as store:
                     self._plan = build_plan(store, self.spec.models or None, dedupe=self.spec.dedupe, smoke=self.smoke)
                     self.mark_names = store.mark_names()
             except CasedbError as e:
@@ -537,11 +537,11 @@ class Controller:
         # an unknown --model or a bad option into a usage error.
         from casedb.triage import entries as triage
         from casedb.errors import CasedbError
-        from casedb.store.database import open_store
+        from casedb.ingest.seed import open_seeded
 
         try:
             self.cases.spec.validate()
-            with _db_lock(self.cases.db_path), open_store(self.cases.db_path) as store:
+            with _db_lock(self.cases.db_path), open_seeded(self.cases.db_path) as store:
                 for m in self.cases.spec.models:
                     store.model(m)
                 triage.require_clean(self.cases.spec.triage, store)

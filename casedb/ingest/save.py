@@ -17,7 +17,8 @@ import importers
 from casedb.cases import spec as casespec
 from casedb.ingest import check
 from casedb.errors import InputError
-from casedb.store.database import ModelInfo, Occurrence, Store, model_key
+from casedb.names import model_key
+from casedb.store.database import ModelInfo, Occurrence, Store
 
 
 @dataclass

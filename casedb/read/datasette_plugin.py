@@ -10,8 +10,8 @@
 * SQL function ``casedb_latest_run()``: the newest run id. The served file is immutable, so it
   is a constant per connection, which lets SQLite push ``run_id = casedb_latest_run()`` into the
   grouped views (a ``(SELECT max(id) FROM runs)`` subquery would make them aggregate every run);
-* every connection gets SQLite's length limit (``serve.MAX_VALUE_BYTES``) and a row factory
-  that stops a query once it has returned ``serve.MAX_RESULT_BYTES`` of values;
+* every connection gets SQLite's length limit (``serve_settings.MAX_VALUE_BYTES``) and a row factory
+  that stops a query once it has returned ``serve_settings.MAX_RESULT_BYTES`` of values;
 * errors: a refused request (bad or too costly SQL, 404, 403) is answered as Datasette would and
   logged as one line; only a bug logs a traceback (this replaces Datasette's handler, which
   prints a traceback with locals, hundreds of lines, for every refused query).
@@ -32,7 +32,7 @@ from datasette.views.base import DatasetteError
 from markupsafe import Markup, escape
 
 from casedb import outcomes
-from casedb.read.serve import DB_NAME, MAX_RESULT_BYTES, MAX_SQLITE_HEAP, MAX_VALUE_BYTES
+from casedb.read.serve_settings import DB_NAME, MAX_RESULT_BYTES, MAX_SQLITE_HEAP, MAX_VALUE_BYTES
 
 _COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#cf222e", "xfail": "#9a6700", "skip": "#57606a",
             "ref_error": "#8250df"}

@@ -8,7 +8,8 @@ The served DB is a snapshot: restart `casedb serve` to see runs recorded after i
 
 Anyone who can reach the server can run any read-only SQL, so what one query can take is
 bounded: Datasette's time limit (3 s) and row limit (1000 rows per page), plus SQLite's length
-limit on one value, a cap on the bytes one query returns (:mod:`casedb.read.datasette_plugin`) and a
+limit on one value, a cap on the bytes one query returns (:mod:`casedb.read.datasette_plugin`; the figures are
+:mod:`casedb.read.serve_settings`) and a
 hard limit on SQLite's heap for the whole server process. A refused query is answered 400 with
 the reason and logged as one line.
 """
@@ -24,20 +25,9 @@ from pathlib import Path
 import yaml
 
 from casedb.errors import CasedbError
+from casedb.read.serve_settings import DB_NAME, MAX_SQLITE_HEAP, SETTINGS
 
-DB_NAME = "casedb"
 METADATA = Path(__file__).with_name("datasette_metadata.yaml")
-# suggest_facets off: suggesting facets runs a query per column, slow on million-row tables.
-# sql_time_limit_ms 3000 (default 1000): the pass-rate chart aggregates up to 30 runs.
-SETTINGS = {"suggest_facets": False, "sql_time_limit_ms": 3000, "max_returned_rows": 1000}
-# One string or blob value (SQLite's SQLITE_LIMIT_LENGTH: randomblob(900000000) fails at once
-# instead of building 900 MB). Stored values over it cannot be shown either.
-MAX_VALUE_BYTES = 64 << 20
-# Values one query may return, summed over its rows (a page of 1000 rows of 60 MB blobs).
-MAX_RESULT_BYTES = 64 << 20
-# SQLite's own memory in the server process (a row of thirty 60 MB values is built inside SQLite
-# before Python sees it). Sorts and GROUP BYs spill to temporary files long before this.
-MAX_SQLITE_HEAP = 256 << 20
 
 
 def load_metadata() -> dict:
@@ -49,9 +39,9 @@ def prepare(db_path: str | os.PathLike | None) -> Path:
     """Open the DB the way every command does (default path, schema check, migrations), fold the
     WAL into the file, close it; returns the file to serve. Its journal mode stays as it is: a
     served file is not switched to WAL (nothing but a pending migration writes to it)."""
-    from casedb.store.database import open_store
+    from casedb.ingest.seed import open_seeded
 
-    with open_store(db_path, wal=False) as store:
+    with open_seeded(db_path, wal=False) as store:
         store.db.execute("PRAGMA busy_timeout = 1000")  # a run writing for longer: say so, do not wait
         busy, _, _ = store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         if busy:

@@ -112,9 +112,9 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
     """
     import pytest
 
-    from casedb.store.database import open_store
+    from casedb.ingest.seed import open_seeded
 
-    with open_store(db) as store:  # creates / migrates / seeds the default DB before any worker starts
+    with open_seeded(db) as store:  # creates / migrates / seeds the default DB before any worker starts
         db_path = store.path.resolve()
         if resume is None:
             for m in spec.models:
@@ -135,7 +135,7 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
         spec.imports = [check_import(n) for n in spec.imports]
         spec.triage = triage.run_paths(spec.triage, shipped=spec.shipped_triage)
         if spec.triage:  # checked before anything runs: a typo'd key is exit 2, not a silent no-op
-            with open_store(db_path) as store:
+            with open_seeded(db_path) as store:
                 triage.require_clean(spec.triage, store)
         if not spec.models and resume is None:
             # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest

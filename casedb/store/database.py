@@ -20,16 +20,12 @@ from casedb.cases import marks as marks_mod
 from casedb.store import schema_check
 from casedb.cases.spec import Normalized
 from casedb.errors import NotFound
+from casedb.names import model_key
 from casedb.store.migrations import migrations
 from casedb.serial import dumps, loads, now  # noqa: F401 (re-exported: the store's JSON and time)
 
 DEFAULT_DB = Path("data") / "casedb.sqlite"
 SHIPPED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
-
-
-def model_key(name: str) -> str:
-    """Model names match case-insensitively with '-' and '_' alike (gpt_oss = gpt-oss)."""
-    return str(name).strip().lower().replace("_", "-")
 
 
 def db_path(path: str | os.PathLike | None = None) -> Path:
@@ -390,19 +386,6 @@ def decode_occurrence(r: dict) -> dict:
 
 
 def open_store(path: str | os.PathLike | None = None, *, wal: bool = True) -> Store:
-    """Open the DB at `path` (default data/casedb.sqlite). A new default DB is filled from the
-    shipped manifests, so `casedb run --model granite4h` works on a fresh clone."""
-    path = db_path(path)
-    fresh = not path.exists()
-    store = Store(path, wal=wal)
-    if fresh and path.resolve() == DEFAULT_DB.resolve():
-        seed_from_manifests(store)
-    return store
-
-
-def seed_from_manifests(store: Store) -> None:
-    from casedb.ingest import save as ingest
-
-    manifests = sorted(SHIPPED_MANIFESTS.glob("*.yaml")) if SHIPPED_MANIFESTS.is_dir() else []
-    if manifests:
-        ingest.import_paths(store, manifests)
+    """Open the DB at `path` (default: :func:`db_path`). Front ends open it through
+    :func:`casedb.ingest.seed.open_seeded`, which also fills a new default DB."""
+    return Store(db_path(path), wal=wal)

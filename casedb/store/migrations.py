@@ -412,6 +412,16 @@ def m110_quoted_repro(db):
     _create_views(db)
 
 
+# The dtype defaults (rtol, atol) as casedb.judge.numerics had them when m111 was written, frozen
+# here: a migration reads what earlier imports stored, whatever today's policy says.
+_M111_DTYPE_TOLERANCES = {
+    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5), "complex64": (1.3e-6, 1e-5), "complex128": (1e-7, 1e-7),
+    "float8_e4m3fn": (0.125, 1e-3), "float8_e5m2": (0.25, 1e-3), "float8_e4m3fnuz": (0.125, 1e-3),
+    "float8_e5m2fnuz": (0.25, 1e-3),
+}
+
+
 @migrations()
 def m111_own_tolerances(db):
     # model_cases.rtol/atol hold what the case itself sets; NULL lets casedb.judge.numerics choose per
@@ -419,14 +429,13 @@ def m111_own_tolerances(db):
     # every case: a value equal to what those defaults gave was not the case's own.
     import json
 
-    from casedb.judge.numerics import default_tolerance
-
     models = {name: json.loads(defaults or "{}") for name, defaults in db.execute("SELECT name, defaults FROM models")}
     rows = db.execute("SELECT id, model, dtype, rtol, atol FROM model_cases").fetchall()
     for mcid, model, declared, rtol, atol in rows:
         d = models.get(model) or {}
         case_dtype = declared or d.get("dtype") or "float32"
-        want = (d.get("rtol", default_tolerance(case_dtype)[0]), d.get("atol", default_tolerance(case_dtype)[1]))
+        dtype_default = _M111_DTYPE_TOLERANCES.get(case_dtype, (0.0, 0.0))
+        want = (d.get("rtol", dtype_default[0]), d.get("atol", dtype_default[1]))
         own = (None if rtol == want[0] else rtol, None if atol == want[1] else atol)
         if own != (rtol, atol):
             db.execute("UPDATE model_cases SET rtol = ?, atol = ? WHERE id = ?", [own[0], own[1], mcid])
