@@ -14,277 +14,18 @@ no operator above them, ``level="leaf"`` those with no operator below them. Node
 schema (the thread/process roots, ``record_function`` ranges) are transparent, the same rule
 as the Kineto importer, so both imports of one forward give the same top-level calls.
 
-This module also owns the operator-schema parsing and argument binding that the Kineto importer
-uses with the dispatcher's schemas.
+Schema parsing and argument binding are :mod:`importers.op_schema`'s, shared with the Kineto
+importer.
 """
 
 from __future__ import annotations
 
 import marshal
 import re
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
-from .kineto import (
-    LAYOUTS,
-    MEMORY_FORMATS,
-    NOT_RECORDED,
-    SCALAR_TYPES,
-    TraceFormatError,
-    load_json,
-    paused_gc,
-    head_bytes,
-    tensor_input,
-    value_input,
-)
-
-__all__ = ["parse", "sniff", "parse_schema", "bind", "bind_positional", "resolve_overload", "Schema", "SchemaArg"]
-
-
-# ----------------------------------------------------------------------------- schemas
-
-
-@dataclass(frozen=True)
-class SchemaArg:
-    name: str
-    type: str  # as written, alias annotations removed: "Tensor?[]", "int[1]?", "ScalarType?"
-    base: str  # element type without ?/[]: "Tensor", "int", "str", ...
-    is_list: bool
-    optional: bool  # the argument itself may be None
-    elem_optional: bool  # list elements may be None (Tensor?[])
-    kwarg_only: bool
-    default: str | None
-
-
-@dataclass(frozen=True)
-class Schema:
-    name: str  # "aten::add"
-    overload: str  # "Tensor" ("default" when the schema has none)
-    args: tuple[SchemaArg, ...]
-
-    @property
-    def op(self) -> str:
-        ns, op = self.name.split("::", 1)
-        return f"torch.ops.{ns}.{op}.{self.overload}"
-
-
-_ALIAS = re.compile(r"\([^()]*\)")
-_LIST = re.compile(r"^(.*?)\[(\d*)\]$")
-_SCHEMA_CACHE: dict[str, Schema] = {}
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside brackets and quotes."""
-    out, depth, cur, quote = [], 0, [], None
-    for ch in text:
-        if quote:
-            cur.append(ch)
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "\"'":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-            continue
-        cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
-
-
-def parse_schema(text: str) -> Schema:
-    """Parse ``aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor``."""
-    hit = _SCHEMA_CACHE.get(text)
-    if hit is not None:
-        return hit
-    open_at = text.index("(")
-    full = text[:open_at].strip()
-    depth = 0
-    for close_at in range(open_at, len(text)):
-        c = text[close_at]
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                break
-    else:
-        raise ValueError(f"unbalanced parentheses in schema {text!r}")
-    name, _, overload = full.partition(".")
-    args: list[SchemaArg] = []
-    kwarg_only = False
-    for part in _split_top(text[open_at + 1 : close_at]):
-        if part == "*":
-            kwarg_only = True
-            continue
-        decl, eq, default = part.partition("=")
-        decl = decl.strip()
-        typ, _, arg_name = decl.rpartition(" ")
-        typ = _ALIAS.sub("", typ).replace(" ", "")
-        optional = typ.endswith("?")
-        core = typ[:-1] if optional else typ
-        m = _LIST.match(core)
-        is_list = bool(m)
-        elem = m.group(1) if m else core
-        elem_optional = is_list and elem.endswith("?")
-        base = elem.rstrip("?")
-        args.append(SchemaArg(arg_name, typ, base, is_list, optional, elem_optional, kwarg_only,
-                              default.strip() if eq else None))
-    schema = Schema(name, overload or "default", tuple(args))
-    _SCHEMA_CACHE[text] = schema
-    return schema
-
-
-# Kinds of values Kineto records for an argument (anything else it writes as "").
-_SCALAR_BASES = frozenset(("int", "SymInt", "float", "bool", "Scalar", "ScalarType", "Layout",
-                           "MemoryFormat", "complex"))
-_SCALAR_LIST_BASES = frozenset(("int", "SymInt", "float", "bool", "Scalar"))
-
-
-def _recordable(a: SchemaArg) -> bool:
-    """Would Kineto record a non-None value of this argument (so its "" means None)?"""
-    if a.base == "Tensor":
-        return not a.elem_optional
-    return (a.base in _SCALAR_LIST_BASES) if a.is_list else (a.base in _SCALAR_BASES)
-
-
-def _fits(a: SchemaArg, v: tuple) -> int:
-    """0 if Kineto value ``v`` fits argument ``a``, 1 if it fits with an unknown value, -1 if not."""
-    k = v[0]
-    if k == "T":
-        return 0 if a.base == "Tensor" and not a.is_list else -1
-    if k == "TL":
-        return 0 if a.base == "Tensor" and a.is_list else -1
-    if k == "V":
-        if isinstance(v[1], list):
-            return 0 if a.is_list and a.base in _SCALAR_LIST_BASES else -1
-        return 0 if not a.is_list and a.base in _SCALAR_BASES else -1
-    if v[2]:  # a Scalar / ScalarList whose value is missing: right kind, unknown value
-        scalar_list = v[2] == "ScalarList"
-        ok = a.is_list == scalar_list and a.base in (_SCALAR_LIST_BASES if scalar_list else _SCALAR_BASES)
-        return 1 if ok else -1
-    # Written as "": fine for an optional argument of a recorded kind (it was None); an unknown
-    # value for anything Kineto never records (str, Device, Tensor?[] ...).
-    if _recordable(a):
-        return 0 if a.optional else -1  # a required int/Tensor/... would have been recorded
-    return 1
-
-
-def resolve_overload(schemas: list[Schema], args: list[tuple]) -> Schema | str:
-    """Pick the overload whose arguments fit the Kineto values, or say why none does."""
-    best, best_score = None, None
-    for s in schemas:
-        if len(s.args) != len(args):
-            continue
-        score = 0
-        for a, v in zip(s.args, args):
-            f = _fits(a, v)
-            if f < 0:
-                break
-            score += f
-        else:
-            # TorchScript-only overloads (prim_*) lose ties against real ones.
-            key = (score, s.overload.startswith("prim_"))
-            if best_score is None or key < best_score:
-                best, best_score = s, key
-    if best is None:
-        name = schemas[0].name if schemas else "?"
-        return f"no overload of {name} takes the {len(args)} recorded arguments"
-    return best
-
-
-def _convert_value(a: SchemaArg, v: Any) -> Any:
-    """A recorded non-tensor value -> casedb value (plain), by the schema type."""
-    if v is None:
-        return None
-    base = a.base
-    if base == "ScalarType":
-        return SCALAR_TYPES.get(v, v) if isinstance(v, int) else v
-    if base == "Layout":
-        return LAYOUTS.get(v, v) if isinstance(v, int) else v
-    if base == "MemoryFormat":
-        return MEMORY_FORMATS.get(v, v) if isinstance(v, int) else v
-    if base == "float":
-        if a.is_list and isinstance(v, list):
-            return [float(x) if isinstance(x, (int, str)) and not isinstance(x, bool) else x for x in v]
-        if isinstance(v, (int, str)) and not isinstance(v, bool):
-            return float(v)
-    if base == "bool" and isinstance(v, int) and not a.is_list:
-        return bool(v)
-    return v
-
-
-def _unknown_reason(a: SchemaArg, source: str) -> str:
-    return (f"{source} does not record the {a.type} argument {a.name!r}; "
-            "import an Execution Trace (torch.profiler.ExecutionTraceObserver) to get this op")
-
-
-def bind(schema: Schema, args: list[tuple], source: str = "the trace") -> tuple[str, list, dict] | str:
-    """Bind neutral argument tuples to a schema: ``(op, inputs, attrs)`` or a skip reason.
-
-    Tuples: ``("T", input)`` tensor, ``("TL", input)`` tensor list, ``("V", value)`` recorded
-    value, ``("N",)`` recorded None, ``("U", why, kind)`` not recorded (see
-    ``kineto.kineto_args``), ``("X", why)`` unrepresentable.
-    """
-    if len(args) != len(schema.args):
-        return (f"{len(args)} recorded arguments but the schema of {schema.name}.{schema.overload} "
-                f"has {len(schema.args)}")
-    inputs: list = []
-    attrs: dict = {}
-    for a, v in zip(schema.args, args):
-        k = v[0]
-        if k == "T" or k == "TL":
-            form = v[1]
-        elif k == "N":
-            form = {"value": None}
-        elif k == "V":
-            val = v[1]
-            if a.base == "Tensor" and a.is_list and val == []:
-                form = {"tensor_list": []}
-            else:
-                form = value_input(_convert_value(a, val))
-        elif k == "U":
-            if v[1] != NOT_RECORDED:  # a scalar was passed but its value is missing
-                return f"argument {a.name!r}: {v[1]}"
-            if a.optional and _recordable(a):
-                form = {"value": None}
-            elif a.base == "Device":
-                # Kineto never records devices. "cpu" is a placeholder the runner maps to the
-                # target device (None would leave a factory op on the host); ET records them.
-                form = {"value": "cpu"}
-            elif a.base == "Generator" and a.optional:
-                form = {"value": None}
-            else:
-                return _unknown_reason(a, source)
-        else:  # "X"
-            return f"argument {a.name!r}: {v[1]}"
-        if a.kwarg_only:
-            attrs[a.name] = form["value"] if len(form) == 1 and "value" in form else form
-        else:
-            inputs.append(form)
-    return schema.op, inputs, attrs
-
-
-def bind_positional(args: list[tuple]) -> list | str:
-    """Without a schema: every argument positional, unrecorded ones None."""
-    out = []
-    for v in args:
-        k = v[0]
-        if k in ("T", "TL"):
-            out.append(v[1])
-        elif k == "V":
-            out.append(value_input(v[1]))
-        elif k in ("N", "U"):
-            out.append({"value": None})
-        else:
-            return v[1]
-    return out
+from importers.op_schema import bind, parse_schema
+from importers.trace_values import TraceFormatError, head_bytes, load_json, paused_gc, tensor_input
 
 
 # ----------------------------------------------------------------------------- nodes
@@ -392,7 +133,13 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list) or "schema" not in data:
         raise TraceFormatError(f"{path}: no 'schema' and 'nodes': not an Execution Trace; {_FIX}")
+    schema_of, up = _schemas_and_parents(path, data, nodes)
+    kept = _kept(nodes, schema_of, up, level)
+    return _same_calls(path, nodes, schema_of, kept)
 
+
+def _schemas_and_parents(path: str, data: dict, nodes: list) -> tuple[list, list]:
+    """Each node's ``op_schema`` (None: not an operator) and parent index (None: a root)."""
     by_id: dict = {}
     schema_of: list = [None] * len(nodes)
     for i, n in enumerate(nodes):
@@ -410,13 +157,17 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
 
     # Parent of every node by ctrl_deps (older traces: parent). A node that is its own parent is
     # a root (the process node of a real trace is); any longer cycle is corrupt and would
-    # make the walk below loop forever.
+    # make the walk in _kept loop forever.
     up: list = [None] * len(nodes)
     for i, n in enumerate(nodes):
         p = by_id.get(n.get("ctrl_deps", n.get("parent")))
         up[i] = None if p == i else p
     _check_acyclic(path, nodes, up)
+    return schema_of, up
 
+
+def _kept(nodes: list, schema_of: list, up: list, level: str) -> list[int]:
+    """The top (no operator above) or leaf (no operator below) operator nodes, in call order."""
     # Nearest operator ancestor of every node (None at the root); non-operators are transparent.
     memo: dict = {}
 
@@ -449,7 +200,11 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
         kept = [i for i in op_idx if i not in has_child]
     # First occurrence = earliest call: node ids are handed out in call order.
     kept.sort(key=lambda i: (nodes[i]["id"] if isinstance(nodes[i]["id"], int) else 0, i))
+    return kept
 
+
+def _same_calls(path: str, nodes: list, schema_of: list, kept: list[int]) -> list[tuple]:
+    """Identical calls grouped: ``[(node, index, count, op_schema), ...]``."""
     groups: dict = {}
     for i in kept:
         n = nodes[i]

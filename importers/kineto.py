@@ -24,200 +24,34 @@ Kineto records neither storage offsets (strided tensors get ``storage_offset: 0`
 element dtypes of a ``Tensor[]`` (``aten::cat``): those elements take the dtype of another
 tensor argument of the call, else none (the model default), said in the description.
 
-This module also owns the profiler dtype names shared by the Execution Trace importer.
+What both trace importers share is :mod:`importers.trace_values` and :mod:`importers.op_schema`.
 """
 
 from __future__ import annotations
 
-import gc
-import gzip
-import json
 import marshal
-import math
 import re
-import zlib
 from typing import Any, Iterator
 
-from casedb.errors import InputError
-from importers.files import read_bytes, read_head
+from importers.op_schema import bind, bind_positional, parse_schema, resolve_overload
+from importers.trace_values import (
+    NOT_RECORDED,
+    TraceFormatError,
+    contiguous,
+    head_bytes,
+    load_json,
+    paused_gc,
+    tensor_input,
+)
 
-__all__ = [
-    "PROFILER_DTYPES",
-    "SCALAR_TYPES",
-    "LAYOUTS",
-    "MEMORY_FORMATS",
-    "TraceFormatError",
-    "parse",
-    "sniff",
-    "load_json",
-    "head_bytes",
-    "paused_gc",
-    "kineto_args",
-    "NOT_RECORDED",
-    "tensor_input",
-    "contiguous",
-    "float_input",
-    "value_input",
-]
-
-
-class TraceFormatError(ValueError):
-    """A trace file that cannot be read: the message names the file, the place and the fix."""
-
-
-# Profiler element-type names (c10 ``toString`` of the C++ type, as written in Kineto's
-# ``Input type`` and inside ET's ``Tensor(...)``) -> casedb dtype. Names checked with torch
-# 2.13 on Linux (GCC spellings); MSVC/clang spellings added as aliases. Dtypes casedb cannot
-# store (quantized, bits*, float8_e8m0fnu, float4, int1..7) are absent: such calls are skipped.
-PROFILER_DTYPES: dict[str, str] = {
-    "float": "fp32",
-    "double": "float64",
-    "c10::Half": "fp16",
-    "c10::BFloat16": "bf16",
-    "bool": "bool",
-    "signed char": "int8",
-    "short int": "int16",
-    "short": "int16",
-    "int": "int32",
-    "long int": "int64",
-    "long long int": "int64",
-    "long long": "int64",
-    "__int64": "int64",
-    "unsigned char": "uint8",
-    "short unsigned int": "uint16",
-    "unsigned short": "uint16",
-    "unsigned int": "uint32",
-    "long unsigned int": "uint64",
-    "long long unsigned int": "uint64",
-    "unsigned long long": "uint64",
-    "unsigned __int64": "uint64",
-    "c10::complex<c10::Half>": "complex32",
-    "c10::complex<float>": "complex64",
-    "c10::complex<double>": "complex128",
-    "c10::Float8_e4m3fn": "float8_e4m3fn",
-    "c10::Float8_e5m2": "float8_e5m2",
-    "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
-    "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
-}
-
-# c10::ScalarType codes (how a ``ScalarType dtype`` argument is recorded) -> torch name.
-# Verified against torch.ops.aten.empty(dtype=<code>) with torch 2.13.
-SCALAR_TYPES: dict[int, str] = {
-    i: "torch." + n
-    for i, n in enumerate(
-        "uint8 int8 int16 int32 int64 float16 float32 float64 complex32 complex64 complex128 bool "
-        "qint8 quint8 qint32 bfloat16 quint4x2 quint2x4 bits1x8 bits2x4 bits4x2 bits8 bits16 "
-        "float8_e5m2 float8_e4m3fn float8_e5m2fnuz float8_e4m3fnuz uint16 uint32 uint64 "
-        "uint1 uint2 uint3 uint4 uint5 uint6 uint7 int1 int2 int3 int4 int5 int6 int7 "
-        "float8_e8m0fnu float4_e2m1fn_x2".split()
-    )
-}
-LAYOUTS: dict[int, str] = {
-    i: "torch." + n
-    for i, n in enumerate(
-        "strided sparse_coo sparse_csr _mkldnn sparse_csc sparse_bsr sparse_bsc jagged".split()
-    )
-}
-MEMORY_FORMATS: dict[int, str] = {
-    0: "torch.contiguous_format",
-    1: "torch.preserve_format",
-    2: "torch.channels_last",
-    3: "torch.channels_last_3d",
-}
-
-NOT_RECORDED = "not recorded by Kineto"  # why of an argument Kineto wrote as ""
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
 _OP_CATS = frozenset(("cpu_op", "Operator", "operator"))
 _INT = re.compile(r"^[+-]?\d+$")
 _SNIFF_BYTES = 1 << 16
 
 
-def float_input(x: float) -> dict:
-    """A float argument: ``{"value": x}``, or ``{"py": "inf"}`` for what JSON cannot hold."""
-    if math.isfinite(x):
-        return {"value": x}
-    return {"py": "nan" if x != x else ("inf" if x > 0 else "-inf")}
-
-
-def value_input(v: Any) -> dict:
-    """A recorded non-tensor value: ``{"value": v}``; non-finite floats (alone or in a list,
-    which JSON cannot hold) as a ``{"py": ...}`` literal."""
-    if isinstance(v, float):
-        return float_input(v)
-    if isinstance(v, list) and any(isinstance(x, float) and not math.isfinite(x) for x in v):
-        items = (float_input(x).get("py") or repr(x) if isinstance(x, float) else repr(x) for x in v)
-        return {"py": "[" + ", ".join(items) + "]"}
-    return {"value": v}
-
-
-def contiguous(shape, stride) -> bool:
-    """True if ``stride`` is the row-major layout of ``shape`` (size-1 dims' strides ignored)."""
-    expected = 1
-    for n, s in zip(reversed(shape), reversed(stride)):
-        if n == 0:
-            return True
-        if n != 1 and s != expected:
-            return False
-        expected *= n
-    return True
-
-
-def tensor_input(type_name: str, shape, stride=None, storage_offset: int = 0) -> dict | str:
-    """The case input for one recorded tensor, or the reason it cannot be represented."""
-    dtype = PROFILER_DTYPES.get(type_name)
-    if dtype is None:
-        return f"tensor of unsupported dtype {type_name!r}"
-    spec: dict[str, Any] = {"shape": list(shape), "dtype": dtype}
-    if stride and len(stride) == len(shape) and not contiguous(shape, stride):
-        spec["preset"] = "strided"
-        spec["preset_args"] = {"stride": list(stride), "storage_offset": storage_offset}
-    return {"tensor": spec}
-
-
-# ----------------------------------------------------------------------------- file reading
-
-
-def load_json(path, what: str, fix: str, max_bytes: int | None = None) -> Any:
-    """Read a ``.json`` / ``.json.gz`` file (a regular file, size-capped: :mod:`importers.files`);
-    a truncated or corrupt one raises TraceFormatError."""
-    path = str(path)
-    try:
-        raw = read_bytes(path, max_bytes)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise TraceFormatError(
-            f"{path}: the gzip data is truncated or corrupt ({e}); {fix}"
-        ) from None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        at_end = e.pos >= len(raw.rstrip()) or e.msg.startswith("Unterminated string")
-        where = "at the end of the file" if at_end else f"at line {e.lineno} column {e.colno}"
-        raise TraceFormatError(
-            f"{path}: not a complete {what}: invalid JSON {where} ({e.msg}); "
-            f"the file looks truncated or corrupt: {fix}"
-        ) from None
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"{path}: not a {what}: not UTF-8 text ({e.reason}); {fix}") from None
-    except RecursionError:
-        raise TraceFormatError(f"{path}: not a {what}: JSON nested too deeply to read; {fix}") from None
-    except ValueError as e:  # e.g. an integer of more digits than Python converts
-        raise TraceFormatError(f"{path}: not a {what}: {e}; {fix}") from None
-
-
 _KINETO_HEAD = re.compile(rb'"traceEvents"\s*:\s*\[|"schemaVersion"\s*:')
 _LEGACY_HEAD = re.compile(rb'^\s*\[\s*\{[^{}]*"ph"\s*:')
-
-
-def head_bytes(path, head) -> bytes:
-    """Sniffing input as bytes: ``head`` may be raw bytes (gzip is opened here) or decoded text."""
-    if isinstance(head, str):
-        return head.encode("utf-8", "replace")
-    if head[:2] == b"\x1f\x8b":
-        try:
-            return read_head(path)
-        except InputError:
-            return b""
-    return head
 
 
 def sniff(path, head: bytes | str) -> bool:
@@ -323,8 +157,6 @@ def _torch_schemas(name: str):
     except ImportError:  # pragma: no cover - torch is a casedb dependency
         _SCHEMA_CACHE[name] = None
         return None
-    from .execution_trace import parse_schema
-
     try:
         found = [parse_schema(str(s)) for s in torch._C._jit_get_schemas_for_operator(name)]
     except RuntimeError:
@@ -335,8 +167,6 @@ def _torch_schemas(name: str):
 
 def _convert(name: str, args_cols, schemas_for=_torch_schemas):
     """One distinct Kineto call -> ``(op, inputs, attrs, note)`` or a skip-reason string."""
-    from .execution_trace import bind, bind_positional, resolve_overload
-
     got = kineto_args(*args_cols)
     if isinstance(got, str):
         return got
@@ -369,46 +199,38 @@ def _convert(name: str, args_cols, schemas_for=_torch_schemas):
 _FIX = "re-export it with torch.profiler.profile(record_shapes=True) ... prof.export_chrome_trace(path)"
 
 
-class paused_gc:
-    """Pause the cyclic GC while a big trace is decoded and grouped.
-
-    Decoding allocates millions of containers that all stay alive; every automatic collection
-    would walk them again (measured: more than half of json.loads time on a 70 MB trace).
-    """
-
-    def __enter__(self):
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        if self.was:
-            gc.enable()
-
-
 def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
     """Decode the trace, keep the top/leaf operator calls, group identical ones.
 
     Returns ``[(event, index, count), ...]`` in first-occurrence order: only one event per
     distinct call survives, so the decoded trace can be freed before records are built.
     """
-    data = load_json(path, "Kineto trace", _FIX, max_bytes)
-    if isinstance(data, dict):
-        events = data.get("traceEvents")
-        if not isinstance(events, list):
-            raise TraceFormatError(f"{path}: no 'traceEvents' list: not a Kineto/chrome trace; {_FIX}")
-        if data.get("record_shapes") == 0:
-            raise TraceFormatError(
-                f"{path}: the trace was recorded without input shapes; profile with "
-                "torch.profiler.profile(record_shapes=True) and export it again"
-            )
-    elif isinstance(data, list):
-        events = data
-    else:
-        raise TraceFormatError(f"{path}: not a Kineto/chrome trace (top level is {type(data).__name__}); {_FIX}")
-    del data
+    events = _events(path, max_bytes)
+    kept = _nested(path, events, _operator_events(events), top=level == "top")
+    return _same_calls(path, events, kept)
 
-    # 1. Operator events per thread, as (ts, -dur, index): sorting puts parents before children.
-    # (The hot loop of a big import: one dict probe for non-operator events, cached names.)
+
+def _events(path: str, max_bytes: int | None) -> list:
+    """The ``traceEvents`` list of a Kineto trace (or a legacy bare event list)."""
+    data = load_json(path, "Kineto trace", _FIX, max_bytes)
+    if isinstance(data, list):
+        return data
+    if not isinstance(data, dict):
+        raise TraceFormatError(f"{path}: not a Kineto/chrome trace (top level is {type(data).__name__}); {_FIX}")
+    events = data.get("traceEvents")
+    if not isinstance(events, list):
+        raise TraceFormatError(f"{path}: no 'traceEvents' list: not a Kineto/chrome trace; {_FIX}")
+    if data.get("record_shapes") == 0:
+        raise TraceFormatError(
+            f"{path}: the trace was recorded without input shapes; profile with "
+            "torch.profiler.profile(record_shapes=True) and export it again"
+        )
+    return events
+
+
+def _operator_events(events: list) -> dict:
+    """Operator events per thread, as (ts, -dur, index): sorting puts parents before children.
+    (The hot loop of a big import: one dict probe for non-operator events, cached names.)"""
     is_op: dict = {}
     threads: dict = {}
     cats = _OP_CATS
@@ -430,10 +252,13 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
                 lst = threads[key] = []
             last_key = key
         lst.append((e.get("ts"), -(e.get("dur") or 0), i))
+    return threads
 
-    # 2. Nesting by time on each thread: the outermost (top) or innermost (leaf) operators.
+
+def _nested(path: str, events: list, threads: dict, *, top: bool) -> list[int]:
+    """Nesting by time on each thread: the indexes of the outermost (`top`) or innermost
+    operators, sorted."""
     kept: list[int] = []
-    top = level == "top"
     for lst in threads.values():
         try:
             lst.sort()
@@ -460,8 +285,11 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
         if not top:
             kept.extend(d[1] for d in stack if not d[2])
     kept.sort()
+    return kept
 
-    # 3. Group identical calls under one cheap text key.
+
+def _same_calls(path: str, events: list, kept: list[int]) -> list[tuple]:
+    """Identical calls grouped under one cheap text key: ``[(event, index, count), ...]``."""
     groups: dict = {}
     no_shapes = 0
     for i in kept:

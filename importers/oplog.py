@@ -30,7 +30,7 @@ import zlib
 from typing import Any, Iterable, Iterator, TextIO
 
 from .files import read_bytes
-from .kineto import TraceFormatError, contiguous, value_input
+from .trace_values import TraceFormatError, contiguous, value_input
 
 __all__ = ["parse", "write", "sniff", "DTYPE_CODES"]
 

@@ -13,8 +13,8 @@ import sqlite3
 
 import pytest
 
-from importers import detect, execution_trace, kineto, oplog
-from importers.kineto import TraceFormatError
+from importers import detect, execution_trace, kineto, op_schema, oplog
+from importers.trace_values import PROFILER_DTYPES, SCALAR_TYPES, TraceFormatError
 from tests.conftest import DATA, sha256_of
 
 TRACES = DATA / "traces"
@@ -345,7 +345,7 @@ def test_et_values_by_schema_type_and_unrepresentable_args(tmp_path):
 
 
 def test_schema_parser_handles_alias_lists_defaults_and_kwarg_only():
-    s = execution_trace.parse_schema(
+    s = op_schema.parse_schema(
         'aten::split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]')
     assert (s.name, s.overload, s.op) == ("aten::split_with_sizes", "default", "torch.ops.aten.split_with_sizes.default")
     assert [(a.name, a.type, a.base, a.is_list, a.optional, a.kwarg_only, a.default) for a in s.args] == [
@@ -353,10 +353,10 @@ def test_schema_parser_handles_alias_lists_defaults_and_kwarg_only():
         ("split_sizes", "SymInt[]", "SymInt", True, False, False, None),
         ("dim", "int", "int", False, False, False, "0"),
     ]
-    s = execution_trace.parse_schema(
+    s = op_schema.parse_schema(
         'aten::index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)')
     assert (s.args[1].is_list, s.args[1].elem_optional, s.args[1].optional) == (True, True, False)
-    s = execution_trace.parse_schema(
+    s = op_schema.parse_schema(
         'aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor')
     assert [(a.name, a.type, a.default) for a in s.args] == [
         ("self", "Tensor", None), ("pad", "SymInt[]", None), ("mode", "str", '"constant"'), ("value", "float?", "None")]
@@ -471,9 +471,9 @@ def test_profiler_dtype_names_match_torch_and_casedb(tmp_path):
 
     from casedb.cases import dtypes
 
-    for casedb_dtype in kineto.PROFILER_DTYPES.values():
+    for casedb_dtype in PROFILER_DTYPES.values():
         dtypes.canonical(casedb_dtype)  # every mapped dtype is one the store accepts
-    wanted = sorted({dtypes.canonical(v) for v in kineto.PROFILER_DTYPES.values()})
+    wanted = sorted({dtypes.canonical(v) for v in PROFILER_DTYPES.values()})
     tensors = [torch.empty(2, dtype=getattr(torch, d)) for d in wanted]
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for t in tensors:
@@ -481,8 +481,8 @@ def test_profiler_dtype_names_match_torch_and_casedb(tmp_path):
     prof.export_chrome_trace(str(tmp_path / "dtypes.json"))
     events = json.loads((tmp_path / "dtypes.json").read_text())["traceEvents"]
     names = [e["args"]["Input type"][0] for e in events if e.get("name") == "aten::alias"]
-    assert [dtypes.canonical(kineto.PROFILER_DTYPES[n]) for n in names] == wanted
-    for code, name in kineto.SCALAR_TYPES.items():
+    assert [dtypes.canonical(PROFILER_DTYPES[n]) for n in names] == wanted
+    for code, name in SCALAR_TYPES.items():
         if name.split(".")[1] in wanted:
             assert str(torch.ops.aten.empty.memory_format([1], dtype=code).dtype) == name
 
