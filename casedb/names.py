@@ -62,3 +62,9 @@ def did_you_mean(word: Any, choices: Iterable, *, n: int = 1, ignore_case: bool 
     if not close:
         return ""
     return "did you mean " + ", ".join(repr(c) if quote else str(c) for c in close) + "?"
+
+
+def unknown_key_message(key: Any, allowed) -> str:
+    """``unknown key 'nmae' — did you mean 'name'? (allowed: name, op, ...)``"""
+    hint = did_you_mean(key, allowed)
+    return f"unknown key {key!r}{' — ' + hint if hint else ''} (allowed: {', '.join(allowed)})"

@@ -24,7 +24,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from casedb.cases.spec import MAX_RANK, MAX_TENSOR_LIST
+from casedb.cases.input_specs import MAX_RANK, MAX_TENSOR_LIST
 from casedb.errors import InputError
 from casedb.names import did_you_mean, model_key
 from importers import files
@@ -49,7 +49,7 @@ ALIAS_RATIO = 10
 # Integers longer than this are refused (a 64-bit value has at most 20 digits; Python refuses
 # to read more than 4300, and sexagesimal 1:2:...:9 literals grow without that limit).
 MAX_INT_CHARS = 100
-# Lists casedb.cases.spec bounds, refused here as soon as they pass the bound (a 14 MB tensor_list
+# Lists casedb.cases.input_specs bounds, refused here as soon as they pass the bound (a 14 MB tensor_list
 # of 10^6 entries otherwise takes 17 s and 750 MB to read before the case is refused).
 MAX_ITEMS = {"tensor_list": (MAX_TENSOR_LIST, "tensors in one list"), "shape": (MAX_RANK, "dimensions")}
 _SURROGATE = re.compile("[\ud800-\udfff]")

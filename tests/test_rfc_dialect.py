@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from casedb.cases import spec as casespec, safe_eval, valid_inputs
+from casedb.cases import input_specs, spec as casespec, safe_eval, valid_inputs
 from casedb.run import execute
 from casedb.judge.numerics import Policy
 from casedb.store.database import Store
@@ -129,7 +129,7 @@ def test_native_spellings_keep_their_form_and_share_the_dialects_signatures(cli,
 ])
 def test_literal_string(text, expected, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert casespec.literal_string(text) == expected
+    assert input_specs.literal_string(text) == expected
     assert not (tmp_path / "CASEDB_PWNED").exists()
 
 

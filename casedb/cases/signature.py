@@ -22,7 +22,7 @@ Normalization (done by :mod:`casedb.cases.spec` before hashing):
 * **py literals** — re-printed in one canonical spelling (``...`` = ``Ellipsis``,
   ``slice(None)`` = ``slice(None, None, None)``, ``torch.half`` = ``torch.float16``).
 * **string values** (``value:`` and keyword values) — read as a literal when they are one
-  (:func:`casedb.cases.spec.literal_string`, the RFC implementation's rule): the result is keyed
+  (:func:`casedb.cases.input_specs.literal_string`, the RFC implementation's rule): the result is keyed
   as if spelled natively (``"None"`` = ``null``, ``"[3, 64]"`` = ``[3, 64]``, ``"-inf"`` =
   ``-.inf``), or as ``py:`` text when YAML has no spelling for it (``"(2, 64)"`` =
   ``py: (2, 64)``); other strings stay strings. A ``dtype`` keyword ``fp16`` is

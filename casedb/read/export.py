@@ -17,7 +17,8 @@ from typing import IO
 
 import yaml
 
-from casedb.cases import blobs, spec as casespec, dtypes, marks as marks_mod
+from casedb.cases import blobs, dtypes, input_specs, marks as marks_mod
+from casedb.cases.spec import DEFAULT_KEYS
 from casedb.escape import yaml_comment, yaml_scalar
 from casedb.store.database import Store
 
@@ -150,7 +151,7 @@ class _Writer:
 
 def _value(v):
     # A stored string that a manifest would read as a literal ("None", "1") is written quoted.
-    return casespec.string_spelling(v) if isinstance(v, str) else v
+    return input_specs.string_spelling(v) if isinstance(v, str) else v
 
 
 def blob_tensor(data: bytes, dtype: str, shape: list[int]):
@@ -171,14 +172,14 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
             doc[k] = m[k]
     if defaults:
         doc["default"] = {k: (dtypes.short(defaults[k]) if k == "dtype" else defaults[k])
-                          for k in casespec.DEFAULT_KEYS if k in defaults}
+                          for k in DEFAULT_KEYS if k in defaults}
     cases = []
     for occ in store.occurrences([m["name"]], markexpr=""):
         case_dtype = occ["declared_dtype"] or defaults.get("dtype") or "float32"
         c: dict = {"name": occ["name"], "op": occ["op"]}
         if occ["attrs"]:
             c["attrs"] = _flow({k: (writer.input(v, case_dtype) if isinstance(v, dict) and len(v) == 1
-                                    and next(iter(v)) in casespec.INPUT_KINDS else _value(v))
+                                    and next(iter(v)) in input_specs.INPUT_KINDS else _value(v))
                                 for k, v in occ["attrs"].items()})
         c["inputs"] = [_flow(writer.input(s, case_dtype)) for s in occ["inputs"]]
         if occ["description"]:

@@ -181,7 +181,7 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
 
 def _check_inputs(inputs: list, attrs: dict) -> set:
     """The blob keys the inputs name; ValueError when an input is not a stored casedb input."""
-    from casedb.cases.spec import INPUT_KINDS
+    from casedb.cases.input_specs import INPUT_KINDS
 
     specs = list(inputs) + [v for v in attrs.values() if isinstance(v, dict) and len(v) == 1
                             and next(iter(v)) in INPUT_KINDS]

@@ -52,7 +52,7 @@ def test_a_million_entries_are_refused_at_import_within_bounds(cli, db_path, tmp
 
 
 def test_every_importer_bounds_lists_and_ranks(cli, db_path, tmp_path):
-    """The bound is casedb.cases.spec's: a scan JSONL (any importer) meets it too."""
+    """The bound is casedb.cases.input_specs': a scan JSONL (any importer) meets it too."""
     path = tmp_path / "s.jsonl"
     lines = [{"casedb_scan": 1, "model": "h", "level": "torch", "phase": "prefill"},
              {"type": "case", "count": 1, "where": "m.py:1",

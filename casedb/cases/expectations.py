@@ -1,0 +1,99 @@
+"""What a case says about its own judgement: its marks, ``skip_if`` and ``xfail_if`` conditions
+(checked by :mod:`casedb.cases.safe_eval`, never run as Python) and ``expects_error``.
+
+Part of reading a case (:mod:`casedb.cases.spec`); errors are ValueErrors the case reader turns
+into InputErrors with the place.
+"""
+
+from __future__ import annotations
+
+import re
+
+from casedb.cases import marks as marks_mod, safe_eval
+from casedb.names import unknown_key_message
+
+ERROR_TYPES = ("RuntimeError", "ValueError", "TypeError", "AssertionError", "IndexError",
+               "KeyError", "NotImplementedError", "ZeroDivisionError", "OverflowError",
+               "AttributeError", "Exception", "torch.OutOfMemoryError", "OutOfMemoryError",
+               "torch._dynamo.exc.Unsupported", "BackendCompilerFailed", "InductorError")
+_DEVICE = re.compile(r"^(cpu|cuda|xpu|mps|meta|hpu|spyre|privateuseone|[a-z_]+)(:\d+)?$")
+
+
+def marks_of(value) -> list[str]:
+    if value is None:
+        return []
+    items = re.split(r"[,\s]+", value.strip()) if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ValueError("'marks' must be a mark name or a list of mark names")
+    out = []
+    for m in items:
+        if not m:
+            continue
+        if not isinstance(m, str) or not marks_mod.is_mark_name(m):
+            raise ValueError(f"mark {m!r} is not a valid pytest marker name (letters, digits, _)")
+        if m not in out:
+            out.append(m)
+    return out
+
+
+def conditions(value, key: str) -> list[dict] | None:
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            item = {"expr": item}
+        if not isinstance(item, dict) or "expr" not in item:
+            raise ValueError(f"'{key}' entries are {{expr: <condition>, reason: <text>}}")
+        for k in item:
+            if k not in ("expr", "reason"):
+                raise ValueError(f"in '{key}': " + unknown_key_message(k, ("expr", "reason")))
+        expr = item["expr"]
+        if isinstance(expr, bool):
+            expr = str(expr)
+        safe_eval.check_condition(str(expr))
+        out.append({"expr": str(expr), "reason": str(item.get("reason") or f"{key}: {expr}")})
+    return out
+
+
+def xfail(expr, reason) -> dict | None:
+    if expr is None and reason is None:
+        return None
+    if expr is None:
+        expr = "True"
+    if isinstance(expr, bool):
+        expr = str(expr)
+    safe_eval.check_condition(str(expr))
+    return {"expr": str(expr), "reason": str(reason or f"xfail_if: {expr}")}
+
+
+def _one_expectation(v, label) -> dict:
+    if isinstance(v, str):
+        v = {"type": v}
+    if not isinstance(v, dict) or "type" not in v:
+        raise ValueError(f"{label} needs {{type: <ExceptionType>, match: <substring>}}")
+    for k in v:
+        if k not in ("type", "match"):
+            raise ValueError(f"in {label}: " + unknown_key_message(k, ("type", "match")))
+    t = str(v["type"])
+    if t not in ERROR_TYPES:
+        raise ValueError(f"{label}: unknown error type {t!r}; allowed: {', '.join(ERROR_TYPES)}")
+    out = {"type": t}
+    if v.get("match") is not None:
+        out["match"] = str(v["match"])
+    return out
+
+
+def expects_error(value) -> dict | None:
+    if value is None:
+        return None
+    if isinstance(value, dict) and "type" not in value and value:
+        # split per side: {ref: {...}, cuda: {...}}
+        out = {}
+        for side, v in value.items():
+            if side != "ref" and not _DEVICE.match(str(side)):
+                raise ValueError(f"expects_error: {side!r} is neither 'ref' nor a device type")
+            out[str(side)] = _one_expectation(v, f"expects_error.{side}")
+        return out
+    return _one_expectation(value, "expects_error")
