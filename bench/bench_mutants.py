@@ -180,10 +180,10 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
     """Run the control and each mutant over ``items`` through the execution core (``run_case``, as a
     run's worker calls it) and judge each execution under every judge; tally per judge and mutant."""
     from casedb.run import execute
-    from casedb.mutation import mutants, score as mutation
+    from casedb.mutation import harness, mutants, score as mutation  # noqa: F401 (mutants: registers the bugs)
     from casedb.judge import numerics
 
-    os.environ[mutants.BASE_ENV] = base
+    os.environ[harness.BASE_ENV] = base
 
     def new_tally():
         return {"changed": 0, "caught": 0, "survivors": [], "within_precision": 0, "failed_unchanged": 0,
@@ -194,11 +194,11 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
     t0 = time.perf_counter()
     for k, item in enumerate(items, 1):
         def run(name):
-            backend = mutants.PREFIX + name
+            backend = harness.PREFIX + name
             ex = execute.run_case(item.case, device="cpu", backend=backend, load_blob=load_blob, high_precision=True)
             return ex, _verdicts(ex, item, numerics.Policy([], device="cpu", backend=backend))
 
-        _, ctrl = run(mutants.CONTROL)
+        _, ctrl = run(harness.CONTROL)
         for j, v in ctrl.items():
             c = judges[j]["control"]
             c["executed"] += 1

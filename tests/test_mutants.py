@@ -109,7 +109,7 @@ def tiny_db(tmp_path_factory):
 
 def test_every_mutant_over_a_tiny_model(tiny_db):
     """One command, every mutant (one test: the 14 runs are its cost, paid once under -n 2)."""
-    from casedb.mutation import mutants
+    from casedb.mutation import harness, mutants  # noqa: F401 (mutants: registers the bugs)
 
     res = invoke(tiny_db, "mutants", "--model", "tiny", "-j", "0", "--json")
     assert res.exit_code == 0, res.output
@@ -123,13 +123,13 @@ def test_every_mutant_over_a_tiny_model(tiny_db):
 
     # each mutant fails every case it changes, and only those: no survivors, no failure without a change
     got = {m["name"]: m for m in report["mutants"]}
-    assert list(got) == mutants.bugs() == list(EXPECTED)
+    assert list(got) == harness.bugs() == list(EXPECTED)
     changed = {}
     for name, m in got.items():
         assert (m["survivors"], m["failed_unchanged"]) == ([], []), name
         assert (m["executed"], m["caught"], m["score"]) == (7, m["changed"], 1.0), name
         assert m["models"] == {"tiny": {"changed": m["changed"], "caught": m["changed"], "score": 1.0}}
-        assert (m["kind"], m["doc"]) == (mutants.MUTANTS[name].kind, mutants.MUTANTS[name].doc)
+        assert (m["kind"], m["doc"]) == (harness.MUTANTS[name].kind, harness.MUTANTS[name].doc)
         changed[name] = {r["name"] for r in rows(tiny_db, """
             SELECT mc.name FROM results r JOIN judgements j ON j.result_id = r.id
             JOIN model_cases mc ON mc.id = j.model_case_id
@@ -142,10 +142,10 @@ def test_every_mutant_over_a_tiny_model(tiny_db):
     runs = rows(tiny_db, f"SELECT id, backend, device, status, selection FROM runs WHERE id IN "
                          f"({','.join('?' * len(ids))}) ORDER BY id", ids)
     assert [(r["backend"], r["device"], r["status"]) for r in runs] == [
-        (mutants.PREFIX + n, "cpu", "finished") for n in ["none", *EXPECTED]]
+        (harness.PREFIX + n, "cpu", "finished") for n in ["none", *EXPECTED]]
     for r in runs:
         sel = json.loads(r["selection"])
-        assert sel["mutation"] == {"mutant": r["backend"][len(mutants.PREFIX):], "base": "eager",
+        assert sel["mutation"] == {"mutant": r["backend"][len(harness.PREFIX):], "base": "eager",
                                    "control_run": c["run_id"]}
         assert sel["options"]["markexpr"] == "" and sel["options"]["imports"] == ["casedb.mutation.mutants"]
     notes = rows(tiny_db, "SELECT json_extract(metrics, '$.notes.mutant') AS note FROM results WHERE run_id = ?",
@@ -224,13 +224,13 @@ def test_a_mutant_that_does_not_apply_changes_nothing():
     import torch
 
     from casedb.run import execute  # noqa: F401 (registers the backends)
-    from casedb.mutation import mutants
+    from casedb.mutation import harness, mutants  # noqa: F401 (mutants: registers the bugs)
 
     x = torch.arange(12.0).reshape(3, 4)
     for name in ("noncontiguous", "index_off_by_one", "inplace_lost", "broadcast", "low_precision_acc", "nan_inf"):
         torch._dynamo.reset()
         execute._notes.clear()
-        out = torch.compile(lambda a: a * 2, backend=mutants.PREFIX + name, fullgraph=True)(x)
+        out = torch.compile(lambda a: a * 2, backend=harness.PREFIX + name, fullgraph=True)(x)
         assert torch.equal(out, x * 2) and execute._notes["mutant"] == {"name": name, "changed": False,
                                                                          "base": "eager"}, name
 
@@ -238,7 +238,7 @@ def test_a_mutant_that_does_not_apply_changes_nothing():
 def test_copies_keep_the_layout_compiled_code_expects():
     import torch
 
-    from casedb.mutation.mutants import copy_input, same
+    from casedb.mutation.harness import copy_input, same
 
     base = torch.randn(6, 10)
     for x in (base[:, 1:8:2], base.t(), torch.randn(1, 5).expand(4, 5), base[2:]):

@@ -23,8 +23,9 @@ Every call notes whether the bug changed anything (``casedb.run.execute.note("mu
 "changed", "base"})``; a run keeps it in ``results.metrics.notes``): the mutated result (outputs
 and written inputs) is compared with the base's true result, computed on copies of the inputs so
 in-place ops are not applied twice (copies keep strides and storage offsets, so compiled code
-sees the layout it was compiled for; inputs whose storage exceeds ``COPY_LIMIT`` are shared and
-assumed read-only). A mutant that raises where the base does not counts as a change.
+sees the layout it was compiled for; inputs whose storage exceeds ``harness.COPY_LIMIT`` are shared and
+assumed read-only). The registry, the backends and the helpers are
+:mod:`casedb.mutation.harness`. A mutant that raises where the base does not counts as a change.
 
 Users add their own in a module given to ``--import`` (``casedb mutants --import my_bugs.py``)::
 
@@ -39,258 +40,18 @@ Users add their own in a module given to ``--import`` (``casedb mutants --import
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-PREFIX = "casedb_mutant_"
-BASE_ENV = "CASEDB_MUTANT_BASE"
-DEFAULT_BASE = "eager"
-KINDS = ("output", "input", "call")
-CONTROL = "none"
-COPY_LIMIT = 256 * 2**20   # bytes of storage above which an input is shared, not copied
+from casedb.mutation.harness import CONTROL, is_floating, overlapping, copy_input, like, map_tensors, mutant, tensors, ulp
+
 TILE = 64                  # the padding mutant's tile width
 LARGE = 2**16              # elements from which the large-tensor mutant's tiling applies
 CORES = 8                  # ... over this many cores
 ULP_ERROR = 16             # the k of the k-ULP error
 REL_ERROR = 1e-3           # the relative error mutant's error
 ACC_BLOCK = 64             # elements summed exactly before the low-precision accumulator rounds
-
-
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    kind: str
-    fn: Callable
-    doc: str
-
-    @property
-    def backend(self) -> str:
-        return PREFIX + self.name
-
-
-MUTANTS: dict[str, Mutant] = {}
-
-
-def mutant(name: str, kind: str = "output"):
-    """Register ``fn`` as mutant ``name`` and as the dynamo backend ``casedb_mutant_<name>``."""
-    if kind not in KINDS:
-        raise ValueError(f"mutant kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    if not name.replace("_", "").isalnum():
-        raise ValueError(f"mutant name must be letters, digits and '_', not {name!r}")
-
-    def register(fn):
-        MUTANTS[name] = Mutant(name, kind, fn, " ".join((fn.__doc__ or "").split()))
-        try:
-            torch._dynamo.register_backend(_backend(name), name=PREFIX + name)
-        except AssertionError:  # registered by an earlier import: the backend looks MUTANTS up per compile
-            pass
-        return fn
-
-    return register
-
-
-def bugs() -> list[str]:
-    """The names of the registered mutants, the control left out, in registration order."""
-    return [n for n in MUTANTS if n != CONTROL]
-
-
-def base_backend() -> str:
-    return os.environ.get(BASE_ENV) or DEFAULT_BASE
-
-
-# ------------------------------------------------------------------------------------ the wrapper
-
-class _Call:
-    """The base's compiled graph, callable, with the graph it came from."""
-
-    def __init__(self, fn, gm):
-        self.fn, self.gm = fn, gm
-
-    def __call__(self, *args):
-        return self.fn(*args)
-
-
-def _backend(name: str):
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        m = MUTANTS[name]
-        base = base_backend()
-        call = _Call(torch._dynamo.lookup_backend(base)(gm, example_inputs), gm)
-
-        def run(*args):
-            return _APPLY[m.kind](m, call, list(args), base)
-
-        return run
-
-    compile_graph.__name__ = PREFIX + name
-    return compile_graph
-
-
-def _note(m: Mutant, base: str, changed: bool, **extra) -> None:
-    from casedb.run.execute import note
-
-    note("mutant", {"name": m.name, "changed": bool(changed), "base": base, **extra})
-
-
-def _apply_output(m: Mutant, call: _Call, args: list, base: str):
-    versions = [a._version if isinstance(a, torch.Tensor) else None for a in args]
-    out = call(*args)  # a failure here is the base's: no change
-    try:
-        changed = False
-        written = [a for a, v in zip(args, versions) if isinstance(a, torch.Tensor) and a._version != v]
-        for t in written:
-            new = m.fn(t)
-            if not same(new, t):
-                changed = True
-                t.copy_(new)
-        storages = {t.untyped_storage().data_ptr() for t in written}
-
-        def one(y):
-            nonlocal changed
-            if not isinstance(y, torch.Tensor) or (y.numel() and y.untyped_storage().data_ptr() in storages):
-                return y
-            new = m.fn(y)
-            if same(new, y):
-                return y
-            changed = True
-            return new
-
-        out = map_tensors(out, one)
-    except Exception as e:
-        _note(m, base, True, raised=type(e).__name__)
-        raise
-    _note(m, base, changed)
-    return out
-
-
-def _apply_mutated(m: Mutant, call: _Call, args: list, base: str, mutated: Callable):
-    """Input and call kinds: the mutated call on ``args``, the true one on copies taken first."""
-    snapshot = [copy_input(a) for a in args]  # before the mutated call can write into args
-    try:
-        out = mutated()
-    except Exception as e:
-        try:
-            call(*snapshot)
-        except Exception:
-            _note(m, base, False)  # the base fails as well
-        else:
-            _note(m, base, True, raised=type(e).__name__)
-        raise
-    if out is _NOT_APPLICABLE:
-        _note(m, base, False)
-        return call(*args)
-    true = call(*snapshot)
-    changed = not same(true, out) or not all(same(s, a) for s, a in zip(snapshot, args))
-    _note(m, base, changed)
-    return out
-
-
-_NOT_APPLICABLE = object()
-
-
-def _apply_input(m: Mutant, call: _Call, args: list, base: str):
-    new = m.fn(list(args))  # builds new arguments, touches none: nothing to copy where it does not apply
-    if new is None:
-        _note(m, base, False)
-        return call(*args)
-    return _apply_mutated(m, call, args, base, lambda: call_written_back(call, args, new))
-
-
-def _apply_call(m: Mutant, call: _Call, args: list, base: str):
-    def mutated():
-        out = m.fn(call, args)
-        return _NOT_APPLICABLE if out is None else out
-
-    return _apply_mutated(m, call, args, base, mutated)
-
-
-_APPLY = {"output": _apply_output, "input": _apply_input, "call": _apply_call}
-
-
-# ------------------------------------------------------------------------------------ helpers
-
-def map_tensors(x, fn):
-    """``x`` (a tensor, or a tuple/list of them and other things) with ``fn`` applied to each tensor."""
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, (list, tuple)):
-        items = [map_tensors(i, fn) for i in x]
-        return items if isinstance(x, list) else tuple(items)
-    return x
-
-
-def tensors(x) -> list:
-    out = []
-    map_tensors(x, lambda t: out.append(t) or t)
-    return out
-
-
-def same(a, b) -> bool:
-    """Equal values (NaN equal to NaN, -0.0 to 0.0), shapes and dtypes, over any nesting."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point() or a.is_complex():
-            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-        return torch.equal(a, b)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a is b or a == b
-
-
-def copy_input(x, zeroed: bool = False):
-    """A copy with the same sizes, strides and storage offset (a copy of the whole storage), or
-    ``x`` itself when its storage is larger than COPY_LIMIT; ``zeroed``: the same layout over a
-    storage of zeros (any size)."""
-    if isinstance(x, (list, tuple)):
-        return type(x)(copy_input(i, zeroed) for i in x)
-    if not isinstance(x, torch.Tensor) or (x.untyped_storage().nbytes() > COPY_LIMIT and not zeroed):
-        return x
-    if zeroed:
-        storage = torch.zeros(x.untyped_storage().nbytes(), dtype=torch.uint8, device=x.device).untyped_storage()
-    else:
-        storage = x.untyped_storage().clone()
-    return torch.empty(0, dtype=x.dtype, device=x.device).set_(storage, x.storage_offset(), x.size(), x.stride())
-
-
-def like(x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """A new tensor with ``x``'s sizes and strides holding ``values``."""
-    if not _overlapping(x):
-        out = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
-        out.copy_(values)
-        return out
-    return values.to(x.dtype).contiguous()
-
-
-def _overlapping(x: torch.Tensor) -> bool:
-    return any(s == 0 and n > 1 for s, n in zip(x.stride(), x.size()))
-
-
-def call_written_back(call: _Call, args: list, new: list):
-    """``call(*new)``; an input ``new`` replaced and the call wrote into is copied back into ``args``."""
-    versions = [a._version if isinstance(a, torch.Tensor) else None for a in new]
-    out = call(*new)
-    for a, n, v in zip(args, new, versions):
-        if isinstance(a, torch.Tensor) and isinstance(n, torch.Tensor) and n is not a and n._version != v:
-            a.copy_(n)
-    return out
-
-
-def _floating(y) -> bool:
-    return isinstance(y, torch.Tensor) and y.is_floating_point()
-
-
-def ulp(y: torch.Tensor) -> torch.Tensor:
-    """The spacing of ``y``'s dtype at each element, in float64 (the smallest normal's at zero)."""
-    info = torch.finfo(y.dtype)
-    mag = y.to(torch.float64).abs().clamp(min=info.tiny)
-    mag = torch.where(torch.isfinite(mag), mag, torch.ones_like(mag))
-    return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
 
 
 # ------------------------------------------------------------------------------------ the bugs
@@ -384,7 +145,7 @@ def noncontiguous(args):
     storage row-major from the tensor's offset (a transposed or sliced view misread)."""
     new, hit = list(args), False
     for i, x in enumerate(args):
-        if not isinstance(x, torch.Tensor) or x.is_contiguous() or x.numel() < 2 or _overlapping(x):
+        if not isinstance(x, torch.Tensor) or x.is_contiguous() or x.numel() < 2 or overlapping(x):
             continue
         if x.untyped_storage().nbytes() // x.element_size() - x.storage_offset() < x.numel():
             continue
@@ -414,7 +175,7 @@ def lost_sign(y):
 def nan_inf(y):
     """NaN/Inf not propagated: NaN becomes 0 and ±inf the largest finite value (fast-math,
     saturating arithmetic, a max/clamp that drops NaN)."""
-    return torch.nan_to_num(y, nan=0.0) if _floating(y) else y
+    return torch.nan_to_num(y, nan=0.0) if is_floating(y) else y
 
 
 @mutant("low_precision_acc", kind="call")
@@ -455,7 +216,7 @@ def fp32_as_bf16(call, args):
 def ulp_error(y):
     """An error of 16 ULPs of the output dtype on every nonzero element, away from zero (a
     poor approximation of a transcendental, a wrong rounding mode in a long chain)."""
-    if not _floating(y) or y.numel() == 0:
+    if not is_floating(y) or y.numel() == 0:
         return y
     y64 = y.to(torch.float64)
     moved = y64 + torch.sign(y64) * ULP_ERROR * ulp(y)
@@ -466,7 +227,7 @@ def ulp_error(y):
 def rel_error(y):
     """A relative error of 0.1 % on every floating element (a wrong constant, a scale computed
     at reduced precision)."""
-    return y * (1 + REL_ERROR) if _floating(y) else y
+    return y * (1 + REL_ERROR) if is_floating(y) else y
 
 
 @mutant("zeros", kind="output")

@@ -41,7 +41,7 @@ LOST = frozenset({"crashed", "timeout"})                               # no resu
 
 def registry(imports: Iterable[str] = ()) -> dict:
     """The registered mutants (casedb.mutation.mutants, then the modules of ``imports``): name -> Mutant."""
-    from casedb.mutation import mutants
+    from casedb.mutation import harness, mutants  # noqa: F401 (mutants: imported to register the built-in bugs)
     from casedb.run.target import TargetError, import_module
 
     for name in imports:
@@ -51,26 +51,26 @@ def registry(imports: Iterable[str] = ()) -> dict:
             raise CasedbError(str(e)) from None
         except Exception as e:  # a user's module can fail in any way
             raise CasedbError(f"--import {name} failed: {type(e).__name__}: {e}") from None
-    return dict(mutants.MUTANTS)
+    return dict(harness.MUTANTS)
 
 
 def pick(names: Iterable[str] | None, imports: Iterable[str] = ()) -> list[str]:
     """The mutants to run: ``names`` (checked), else every registered one but the control."""
-    from casedb.mutation import mutants
+    from casedb.mutation.harness import CONTROL
 
     known = registry(imports)
-    chosen = list(names or [n for n in known if n != mutants.CONTROL])
-    unknown = [n for n in chosen if n not in known or n == mutants.CONTROL]
+    chosen = list(names or [n for n in known if n != CONTROL])
+    unknown = [n for n in chosen if n not in known or n == CONTROL]
     if unknown:
         raise CasedbError(f"unknown mutant {', '.join(map(repr, unknown))}; known: "
-                          f"{', '.join(n for n in known if n != mutants.CONTROL)} (add your own with --import, "
+                          f"{', '.join(n for n in known if n != CONTROL)} (add your own with --import, "
                           f"see casedb.mutation.mutants)")
     return list(dict.fromkeys(chosen))
 
 
 @contextlib.contextmanager
 def _base_env(base: str):
-    from casedb.mutation.mutants import BASE_ENV
+    from casedb.mutation.harness import BASE_ENV
 
     old = os.environ.get(BASE_ENV)
     os.environ[BASE_ENV] = base
@@ -87,13 +87,13 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
                 progress: bool = True, console=None) -> dict:
     """Run the control and each mutant over ``spec``'s selection (a :class:`~casedb.run.runspec.RunSpec`
     whose backend and markexpr are set here); returns :func:`score`'s report."""
-    from casedb.mutation import mutants as mutants_mod
+    from casedb.mutation import harness
     from casedb.run import runner
     from casedb.store.database import db_path
 
     if not spec.models:
         raise CasedbError("give --model: the mutation score is a model's")
-    base = base or mutants_mod.DEFAULT_BASE
+    base = base or harness.DEFAULT_BASE
     if base != "eager":
         import torch
 
@@ -105,25 +105,25 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
     names = pick(mutants, spec.imports)
     imports = ["casedb.mutation.mutants", *[i for i in spec.imports if i != "casedb.mutation.mutants"]]
     path = db_path(db)
-    plan = [mutants_mod.CONTROL, *names]
+    plan = [harness.CONTROL, *names]
     run_ids: dict[str, int] = {}
     with _base_env(base):
         for i, name in enumerate(plan, 1):
             if console is not None and progress:
-                what = "control (no bug)" if name == mutants_mod.CONTROL else f"mutant {name}"
-                console.print(f"[{i}/{len(plan)}] {what}: backend {mutants_mod.PREFIX}{name} over {base}",
+                what = "control (no bug)" if name == harness.CONTROL else f"mutant {name}"
+                console.print(f"[{i}/{len(plan)}] {what}: backend {harness.PREFIX}{name} over {base}",
                               markup=False, highlight=False)
-            run_spec = replace(spec, backend=mutants_mod.PREFIX + name, imports=list(imports),
+            run_spec = replace(spec, backend=harness.PREFIX + name, imports=list(imports),
                                markexpr="" if spec.markexpr is None else spec.markexpr)
             summary = runner.run(run_spec, db=path, progress=progress, console=console)
             run_ids[name] = summary["run_id"]
             conn = history.connect(path)
             try:
                 history.update_selection(conn, summary["run_id"], mutation={
-                    "mutant": name, "base": base, "control_run": run_ids[mutants_mod.CONTROL]})
+                    "mutant": name, "base": base, "control_run": run_ids[harness.CONTROL]})
             finally:
                 conn.close()
-    return score(path, run_ids[mutants_mod.CONTROL], {n: run_ids[n] for n in names})
+    return score(path, run_ids[harness.CONTROL], {n: run_ids[n] for n in names})
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -192,7 +192,7 @@ def _ratio(a: int, b: int) -> float | None:
 def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
     """The mutation report of recorded runs: the control's false alarms and, per mutant, cases
     changed, caught, the score and the survivors (see the module docstring)."""
-    from casedb.mutation import mutants as mutants_mod
+    from casedb.mutation import harness, mutants  # noqa: F401 (mutants: the built-ins' kind and doc)
 
     conn = history.connect(db)
     try:
@@ -228,7 +228,7 @@ def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
                 ch = [s for s in changed if any(mm == m for mm, _ in names.get(s, []))]
                 ca = [s for s in caught if any(mm == m for mm, _ in names.get(s, []))]
                 per_model[m] = {"changed": len(ch), "caught": len(ca), "score": _ratio(len(ca), len(ch))}
-            m = mutants_mod.MUTANTS.get(name)
+            m = harness.MUTANTS.get(name)
             report["mutants"].append({
                 "name": name, "kind": m.kind if m else None, "doc": m.doc if m else None, "run_id": run_id,
                 "executed": len(results), "changed": len(changed), "caught": len(caught),
