@@ -110,52 +110,64 @@ class _Reader:
                 out[k.value] = self.value(v)
             return out
         if isinstance(n, ast.Name):
-            if n.id in DTYPE_CODES:
-                return ("dtype", n.id)
-            if n.id == "inf":
-                return math.inf
-            if n.id == "nan":
-                return math.nan
-            if n.id in self.symbols:
-                return self.symbols[n.id]
-            if _SYMBOL.match(n.id):  # sympy size symbols of dynamic shapes: s0, u3 ...
-                raise _Symbolic(n.id)
-            raise ValueError(f"unknown name {n.id!r}")
+            return self._name(n.id)
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             v = self.value(n.operand)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValueError("sign on a non-number")
             return -v if isinstance(n.op, ast.USub) else v
-        if isinstance(n, ast.BinOp):  # symbolic size expressions: 2*s0, s0 + 1, (s0 - 1)//2
-            a, b = self.value(n.left), self.value(n.right)
-            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (a, b)):
-                raise ValueError("arithmetic on non-integers")
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.FloorDiv: lambda: a // b, ast.Mod: lambda: a % b}
-            f = ops.get(type(n.op))
-            if f is None:
-                raise ValueError(f"unsupported operator {type(n.op).__name__}")
-            return f()
+        if isinstance(n, ast.BinOp):
+            return self._arithmetic(n)
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("torch", "th"):
             return ("torch", n.attr)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            fn = n.func.id
-            if fn == "T":
-                if len(n.args) == 2 and isinstance(n.args[1], ast.Name) and n.args[1].id not in DTYPE_CODES:
-                    raise ValueError(f"unknown dtype code {n.args[1].id!r} (known: {', '.join(DTYPE_CODES)})")
-                args = [self.value(a) for a in n.args]
-                kw = {k.arg: self.value(k.value) for k in n.keywords}
-                if len(args) != 2 or not isinstance(args[0], list) or args[1].__class__ is not tuple \
-                        or args[1][0] != "dtype":
-                    raise ValueError("T(...) needs a shape list and a dtype code")
-                if set(kw) - {"stride"}:
-                    raise ValueError(f"T(...) does not take {', '.join(sorted(set(kw) - {'stride'}))}")
-                return ("T", args[0], args[1][1], kw.get("stride"))
-            if fn == "ST":
-                raise _Unrepresentable("sparse tensor argument (ST)")
-            if fn == "float" and len(n.args) == 1 and isinstance(n.args[0], ast.Constant):
-                return float(n.args[0].value)
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "device"
+        if isinstance(n, ast.Call):
+            return self._call(n)
+        raise ValueError(f"unsupported syntax {ast.dump(n)[:60]}")
+
+    def _name(self, name: str) -> Any:
+        if name in DTYPE_CODES:
+            return ("dtype", name)
+        if name == "inf":
+            return math.inf
+        if name == "nan":
+            return math.nan
+        if name in self.symbols:
+            return self.symbols[name]
+        if _SYMBOL.match(name):  # sympy size symbols of dynamic shapes: s0, u3 ...
+            raise _Symbolic(name)
+        raise ValueError(f"unknown name {name!r}")
+
+    def _arithmetic(self, n: ast.BinOp) -> int:
+        """Symbolic size expressions: 2*s0, s0 + 1, (s0 - 1)//2."""
+        a, b = self.value(n.left), self.value(n.right)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (a, b)):
+            raise ValueError("arithmetic on non-integers")
+        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+               ast.FloorDiv: lambda: a // b, ast.Mod: lambda: a % b}
+        f = ops.get(type(n.op))
+        if f is None:
+            raise ValueError(f"unsupported operator {type(n.op).__name__}")
+        return f()
+
+    def _call(self, n: ast.Call) -> Any:
+        """``T(shape, dtype, stride=...)``, ``float('inf')``, ``torch.device('cuda')``."""
+        fn = n.func.id if isinstance(n.func, ast.Name) else None
+        if fn == "T":
+            if len(n.args) == 2 and isinstance(n.args[1], ast.Name) and n.args[1].id not in DTYPE_CODES:
+                raise ValueError(f"unknown dtype code {n.args[1].id!r} (known: {', '.join(DTYPE_CODES)})")
+            args = [self.value(a) for a in n.args]
+            kw = {k.arg: self.value(k.value) for k in n.keywords}
+            if len(args) != 2 or not isinstance(args[0], list) or args[1].__class__ is not tuple \
+                    or args[1][0] != "dtype":
+                raise ValueError("T(...) needs a shape list and a dtype code")
+            if set(kw) - {"stride"}:
+                raise ValueError(f"T(...) does not take {', '.join(sorted(set(kw) - {'stride'}))}")
+            return ("T", args[0], args[1][1], kw.get("stride"))
+        if fn == "ST":
+            raise _Unrepresentable("sparse tensor argument (ST)")
+        if fn == "float" and len(n.args) == 1 and isinstance(n.args[0], ast.Constant):
+            return float(n.args[0].value)
+        if (isinstance(n.func, ast.Attribute) and n.func.attr == "device"
                 and len(n.args) == 1 and isinstance(n.args[0], ast.Constant)):
             return str(n.args[0].value)  # torch.device('cuda') -> 'cuda'
         raise ValueError(f"unsupported syntax {ast.dump(n)[:60]}")

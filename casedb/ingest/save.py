@@ -104,88 +104,119 @@ def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes)
     named_at: dict[tuple[str, str], str] = {}
     reports = []
     for path in expand(paths):
+        fmt, parse = _parser(path, format, model, {**(options or {}), "max_bytes": max_bytes})
+        reader = _FileReader(path, fmt, model, strict, models, occurrences, named_at,
+                             {"allow_outside": allow_outside, "max_bytes": max_bytes})
         try:
-            fmt = format or importers.detect(path)
-            mod = importers.module(fmt)
-        except importers.UnknownFormat as e:
-            raise InputError(str(e), where=str(path)) from None
-        if fmt in importers.NEEDS_MODEL and not model:
-            raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
-        accepted = inspect.signature(mod.parse).parameters
-        kwargs = {k: v for k, v in {**(options or {}), "max_bytes": max_bytes}.items()
-                  if k in accepted and v is not None}
-        report = FileReport(path=str(path), format=fmt)
-        file_model: ModelInfo | None = None
-        defaults: dict = {}
-        position = 0
-        file_keys = []
-        try:
-            for rec in mod.parse(path, **kwargs):
-                kind = rec.get("type")
-                if kind == "model":
-                    name = model or rec["name"]
-                    _check_model_name(name, str(path))
-                    defaults = casespec.normalize_defaults(rec.get("defaults"), str(path))
-                    file_model = ModelInfo(name=name, family=rec.get("family"), variant_of=rec.get("variant_of"),
-                                           source=rec.get("source", str(path)), description=rec.get("description"),
-                                           defaults=defaults)
-                    _add_model(models, file_model)
-                    continue
-                if kind == "skipped":
-                    if strict:
-                        raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
-                                         "(drop --strict to skip such records)", where=rec.get("where", str(path)))
-                    report.skipped += 1
-                    report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
-                    continue
-                if kind != "case":
-                    raise InputError(f"parser produced a record of unknown type {kind!r}", where=str(path))
-                report.records += 1
-                name = model or rec.get("model") or (file_model.name if file_model else None)
-                if not name:
-                    raise InputError("these cases do not name their model: pass --model NAME", where=str(path))
-                if file_model is None or model_key(file_model.name) != model_key(name):
-                    _check_model_name(name, rec.get("where") or str(path))
-                    file_model = models.get(model_key(name)) or ModelInfo(name=name, source=str(path))
-                    _add_model(models, file_model)
-                name = file_model.name
-                where = rec.get("where") or str(path)
-                norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent,
-                                               allow_outside=allow_outside, max_bytes=max_bytes)
-                count = int(rec.get("count") or 1)
-                if isinstance(rec["case"], dict) and rec["case"].get("count"):
-                    count = rec["case"]["count"]
-                if norm.name is None:
-                    case_name = _auto_name(norm.op, norm.signature)
-                    if not norm.description:
-                        norm.description = where
-                else:
-                    case_name = norm.name
-                    first = named_at.get((name, case_name))
-                    if first:
-                        raise InputError(f"duplicate case name (first defined at {first}); names are unique per model",
-                                         where=where, case=case_name)
-                    named_at[(name, case_name)] = where
-                key = (name, case_name)
-                if key in occurrences:
-                    occurrences[key].count += count
-                else:
-                    occurrences[key] = Occurrence(model=name, case=norm, name=case_name, source=where,
-                                                  count=count, position=position)
-                    report.occurrences += 1
-                    file_keys.append(key)
-                    report.warnings += check.import_problems(norm, where=where, case=case_name)
-                position += 1
-                report.model = name
+            for rec in parse():
+                reader.read(rec)
         except (OSError, EOFError, ValueError, KeyError) as e:
             # A parser's own error on a damaged file: name the file, lose nothing.
             raise InputError(f"cannot read as {fmt}: {type(e).__name__}: {e}", where=str(path)) from None
         except RecursionError:
             raise InputError(f"cannot read as {fmt}: nested too deeply", where=str(path)) from None
         if strict:
-            check.fail_on(report.warnings)
-        reports.append((report, file_keys))
+            check.fail_on(reader.report.warnings)
+        reports.append((reader.report, reader.file_keys))
     return list(models.values()), occurrences, reports
+
+
+def _parser(path: Path, format: str | None, model: str | None, options: dict):
+    """(format, a call that parses the file) for one file: its importer given the options it takes."""
+    try:
+        fmt = format or importers.detect(path)
+        mod = importers.module(fmt)
+    except importers.UnknownFormat as e:
+        raise InputError(str(e), where=str(path)) from None
+    if fmt in importers.NEEDS_MODEL and not model:
+        raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
+    accepted = inspect.signature(mod.parse).parameters
+    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
+    return fmt, lambda: mod.parse(path, **kwargs)
+
+
+class _FileReader:
+    """Turns one file's parsed records into models and occurrences (shared across the files of
+    one import: a case name is unique per model, identical unnamed calls add up)."""
+
+    def __init__(self, path: Path, fmt: str, model: str | None, strict: bool, models: dict, occurrences: dict,
+                 named_at: dict, case_options: dict):
+        self.path, self.model, self.strict = path, model, strict
+        self.models, self.occurrences, self.named_at = models, occurrences, named_at
+        self.case_options = case_options
+        self.report = FileReport(path=str(path), format=fmt)
+        self.file_model: ModelInfo | None = None
+        self.defaults: dict = {}
+        self.position = 0
+        self.file_keys: list = []
+
+    def read(self, rec: dict) -> None:
+        kind = rec.get("type")
+        if kind == "model":
+            self._model(rec)
+        elif kind == "skipped":
+            if self.strict:
+                raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
+                                 "(drop --strict to skip such records)", where=rec.get("where", str(self.path)))
+            self.report.skipped += 1
+            self.report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
+        elif kind == "case":
+            self._case(rec)
+        else:
+            raise InputError(f"parser produced a record of unknown type {kind!r}", where=str(self.path))
+
+    def _model(self, rec: dict) -> None:
+        path = str(self.path)
+        name = self.model or rec["name"]
+        _check_model_name(name, path)
+        self.defaults = casespec.normalize_defaults(rec.get("defaults"), path)
+        self.file_model = ModelInfo(name=name, family=rec.get("family"), variant_of=rec.get("variant_of"),
+                                    source=rec.get("source", path), description=rec.get("description"),
+                                    defaults=self.defaults)
+        _add_model(self.models, self.file_model)
+
+    def _case(self, rec: dict) -> None:
+        self.report.records += 1
+        name = self._case_model(rec)
+        where = rec.get("where") or str(self.path)
+        norm = casespec.normalize_case(rec["case"], self.defaults, where=where, base_dir=self.path.parent,
+                                       **self.case_options)
+        count = int(rec.get("count") or 1)
+        if isinstance(rec["case"], dict) and rec["case"].get("count"):
+            count = rec["case"]["count"]
+        if norm.name is None:
+            case_name = _auto_name(norm.op, norm.signature)
+            if not norm.description:
+                norm.description = where
+        else:
+            case_name = norm.name
+            first = self.named_at.get((name, case_name))
+            if first:
+                raise InputError(f"duplicate case name (first defined at {first}); names are unique per model",
+                                 where=where, case=case_name)
+            self.named_at[(name, case_name)] = where
+        key = (name, case_name)
+        if key in self.occurrences:
+            self.occurrences[key].count += count
+        else:
+            self.occurrences[key] = Occurrence(model=name, case=norm, name=case_name, source=where,
+                                               count=count, position=self.position)
+            self.report.occurrences += 1
+            self.file_keys.append(key)
+            self.report.warnings += check.import_problems(norm, where=where, case=case_name)
+        self.position += 1
+        self.report.model = name
+
+    def _case_model(self, rec: dict) -> str:
+        """The name of the model a case record belongs to (registered on first sight)."""
+        name = self.model or rec.get("model") or (self.file_model.name if self.file_model else None)
+        if not name:
+            raise InputError("these cases do not name their model: pass --model NAME", where=str(self.path))
+        if self.file_model is None or model_key(self.file_model.name) != model_key(name):
+            _check_model_name(name, rec.get("where") or str(self.path))
+            self.file_model = self.models.get(model_key(name)) or ModelInfo(name=name, source=str(self.path))
+            _add_model(self.models, self.file_model)
+        return self.file_model.name
 
 
 def _check_model_name(name, where: str) -> None:

@@ -139,37 +139,10 @@ class Store:
         models = list(models)
         occurrences = list(occurrences)
         stamp = now()
-        stored_name: dict[str, str] = {}  # model key -> the name the models table has
         with self.db.atomic():
-            for m in models:
-                existing = self.model(m.name, missing_ok=True)
-                row = {"name": existing["name"] if existing else m.name, "key": model_key(m.name),
-                       "family": m.family, "variant_of": m.variant_of, "source": m.source,
-                       "description": m.description, "defaults": dumps(m.defaults or {}),
-                       "updated_at": stamp}
-                if existing:
-                    for k in ("family", "variant_of", "description"):
-                        if row[k] is None:
-                            row[k] = existing[k]
-                    if not m.defaults and existing["defaults"]:
-                        row["defaults"] = existing["defaults"]
-                    self.db["models"].update(existing["name"], row)
-                else:
-                    row["created_at"] = stamp
-                    self.db["models"].insert(row)
-                stored_name[model_key(m.name)] = row["name"]
+            stored_name = self._save_models(models, stamp)
             new_cases = self.save_cases([o.case for o in occurrences], stamp)
-            rows = []
-            for o in occurrences:
-                c = o.case
-                rows.append({
-                    # gpt-oss in a manifest is the gpt_oss row already stored
-                    "model": stored_name.get(model_key(o.model), o.model), "signature": c.signature,
-                    "name": o.name, "description": c.description, "source": o.source, "position": o.position,
-                    "count": o.count, "marks": dumps(c.marks) if c.marks else "[]", "dtype": c.declared_dtype,
-                    "rtol": c.rtol, "atol": c.atol, "skip_if": dumps(c.skip_if),
-                    "expects_error": dumps(c.expects_error), "xfail": dumps(c.xfail),
-                })
+            rows = [_occurrence_row(o, stored_name.get(model_key(o.model), o.model)) for o in occurrences]
             if rows:
                 # (model, name) is the natural key; keep the row id stable across re-imports.
                 self.db.conn.executemany(
@@ -193,6 +166,30 @@ class Store:
                 retired += r
                 removed += d
         return {"new_cases": new_cases, "occurrences": len(occurrences), "retired": retired, "removed": removed}
+
+    def _save_models(self, models: list[ModelInfo], stamp: str) -> dict[str, str]:
+        """Insert or update each model's row; returns model key -> the name the models table has
+        (gpt-oss in a manifest is the gpt_oss row already stored). A field the import leaves
+        empty keeps its stored value."""
+        stored_name: dict[str, str] = {}
+        for m in models:
+            existing = self.model(m.name, missing_ok=True)
+            row = {"name": existing["name"] if existing else m.name, "key": model_key(m.name),
+                   "family": m.family, "variant_of": m.variant_of, "source": m.source,
+                   "description": m.description, "defaults": dumps(m.defaults or {}),
+                   "updated_at": stamp}
+            if existing:
+                for k in ("family", "variant_of", "description"):
+                    if row[k] is None:
+                        row[k] = existing[k]
+                if not m.defaults and existing["defaults"]:
+                    row["defaults"] = existing["defaults"]
+                self.db["models"].update(existing["name"], row)
+            else:
+                row["created_at"] = stamp
+                self.db["models"].insert(row)
+            stored_name[model_key(m.name)] = row["name"]
+        return stored_name
 
     def _retire_others(self, model: str, keep: set, stamp: str) -> tuple[int, int]:
         """Retire `model`'s current occurrences not named in `keep`; delete those of them that no
@@ -376,6 +373,16 @@ class Store:
             "runs": one("SELECT count(*) FROM runs"),
             "results": one("SELECT count(*) FROM results"),
         }
+
+
+def _occurrence_row(o: Occurrence, model: str) -> dict:
+    """The model_cases row of an occurrence of the stored model named `model`."""
+    c = o.case
+    return {"model": model, "signature": c.signature, "name": o.name, "description": c.description,
+            "source": o.source, "position": o.position, "count": o.count,
+            "marks": dumps(c.marks) if c.marks else "[]", "dtype": c.declared_dtype, "rtol": c.rtol,
+            "atol": c.atol, "skip_if": dumps(c.skip_if), "expects_error": dumps(c.expects_error),
+            "xfail": dumps(c.xfail)}
 
 
 def decode_occurrence(r: dict) -> dict:
