@@ -9,7 +9,7 @@ Every figure comes from a view that Datasette (`casedb serve`) shows too.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from casedb.errors import CasedbError, NotFound
 from casedb.escape import markdown, markdown_code
@@ -70,14 +70,29 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     run_id = latest_run_id(db) if run is None else run
     _check_run(db, run_id, "--run")
     summary = _rows(db, "SELECT * FROM run_summaries WHERE run_id = ?", [run_id])[0]
-    baseline_source = "--compare"
+    compare, baseline_source = _baseline_run(db, run_id, compare)
+    report = _summary(summary)
+    report["runtime"] = _runtime(db, summary, run_id, top)
+    report.update(_verdicts(db, run_id))
+    report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
+    report["error_factor"] = error_factor
+    report["trend"] = _trend(db, summary, run_id, trend)
+    return report
+
+
+def _baseline_run(db, run_id: int, compare: int | None) -> tuple[int | None, str]:
+    """(the run to compare with, where it came from): --compare, else the previous run on the
+    same device and backend (None for a first run)."""
     if compare is None:
-        baseline_source = "previous run on the same device and backend"
-        compare = db.execute("SELECT previous_run_id FROM run_pairs WHERE run_id = ?", [run_id]).fetchone()[0]
-    elif compare == run_id:
+        previous = db.execute("SELECT previous_run_id FROM run_pairs WHERE run_id = ?", [run_id]).fetchone()[0]
+        return previous, "previous run on the same device and backend"
+    if compare == run_id:
         raise CasedbError(f"--compare {compare} is the run being reported; give an earlier (or another) run")
-    else:
-        _check_run(db, compare, "--compare")
+    _check_run(db, compare, "--compare")
+    return compare, "--compare"
+
+
+def _summary(summary: dict) -> dict[str, Any]:
     occurrences, executions = summary["occurrences"] or 0, summary["executions"]
     report: dict[str, Any] = {
         "run": {k: summary[k] for k in ("run_id", "started_at", "finished_at", "status", "device", "backend",
@@ -92,69 +107,84 @@ def build(db, run: int | None = None, compare: int | None = None, *,
         },
     }
     report["totals"]["pass_rate"] = summary["pass_rate"]
+    return report
+
+
+def _runtime(db, summary: dict, run_id: int, top: int) -> dict:
     t = {k: summary[k] or 0.0 for k in ("t_ref", "t_compile", "t_exec")}
     total = sum(t.values())
-    report["runtime"] = {**t, "total": round(total, 6),
-                         "mean_per_case": round(total / summary["executions"], 6) if summary["executions"] else None,
-                         "slowest": _rows(db, "SELECT signature, op, inputs, dtype, models, outcome, t_ref, t_compile,"
-                                              " t_exec, t_total FROM case_runtimes WHERE run_id = ?"
-                                              " ORDER BY t_total DESC LIMIT ?", [run_id, top])}
+    return {**t, "total": round(total, 6),
+            "mean_per_case": round(total / summary["executions"], 6) if summary["executions"] else None,
+            "slowest": _rows(db, "SELECT signature, op, inputs, dtype, models, outcome, t_ref, t_compile,"
+                                 " t_exec, t_total FROM case_runtimes WHERE run_id = ?"
+                                 " ORDER BY t_total DESC LIMIT ?", [run_id, top])}
+
+
+def _verdicts(db, run_id: int) -> dict:
+    """The run's own lists: per model and op, failures, xpasses, what proves nothing, lowering,
+    failure stages and what blocks what."""
+    out: dict[str, Any] = {}
     coverage = {r["model"]: r for r in _rows(db, "SELECT model, cases, signatures FROM model_coverage")}
     models = _rows(db, f"SELECT {_cols(_MODEL_COLS)} FROM model_pass_rates WHERE run_id = ?"
                        " ORDER BY pass_rate, model", [run_id])
     for m in models:
         m["signatures"] = coverage.get(m["model"], {}).get("signatures")
-    report["models"] = models
-    report["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
-                              " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
-    report["failures"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
-                                   " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
-                                   " ORDER BY op, model, case_name", [run_id])
+    out["models"] = models
+    out["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
+                           " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
+    out["failures"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
+                                " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
+                                " ORDER BY op, model, case_name", [run_id])
     # tt-xla's triage rule: a case marked xfail that passes should lose its mark.
-    report["remove_xfail"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
-                                       " AND outcome = 'xpassed' ORDER BY model, op, case_name", [run_id])
+    out["remove_xfail"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
+                                    " AND outcome = 'xpassed' ORDER BY model, op, case_name", [run_id])
     # What proves nothing: cases the target never computed, and cases whose reference a
     # trivial target (all zeros, one value) would match.
-    report["unproven"] = _rows(db, "SELECT op, inputs, dtype, outcome, why, reason, models FROM unproven_cases"
-                                   " WHERE run_id = ? ORDER BY why, op, inputs", [run_id])
-    report["vacuous"] = sum(1 for r in report["unproven"] if r["why"].startswith("vacuous"))
-    report["lowering"] = _rows(db, "SELECT op, cases, generated, extern, fallback, mixed, no_kernel, generated_pct"
-                                   " FROM op_lowering WHERE run_id = ? ORDER BY generated_pct, op", [run_id])
-    report["stages"] = _rows(db, "SELECT stage, count(*) AS cases FROM results WHERE run_id = ? AND stage IS NOT NULL"
-                                 " GROUP BY stage ORDER BY cases DESC, stage", [run_id])
+    out["unproven"] = _rows(db, "SELECT op, inputs, dtype, outcome, why, reason, models FROM unproven_cases"
+                                " WHERE run_id = ? ORDER BY why, op, inputs", [run_id])
+    out["vacuous"] = sum(1 for r in out["unproven"] if r["why"].startswith("vacuous"))
+    out["lowering"] = _rows(db, "SELECT op, cases, generated, extern, fallback, mixed, no_kernel, generated_pct"
+                                " FROM op_lowering WHERE run_id = ? ORDER BY generated_pct, op", [run_id])
+    out["stages"] = _rows(db, "SELECT stage, count(*) AS cases FROM results WHERE run_id = ? AND stage IS NOT NULL"
+                              " GROUP BY stage ORDER BY cases DESC, stage", [run_id])
     # What blocks what: ops by the models they block; the model x op counts of those ops.
-    report["blocking"] = _rows(db, f"SELECT {_cols(_BLOCKING_COLS)} FROM op_blocking WHERE run_id = ?"
-                                   " AND models_blocked > 0 ORDER BY models_blocked DESC, unblocks DESC,"
-                                   " failing DESC, op", [run_id])
-    report["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
-                                          " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
-                                          " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
-    report["baseline"] = None
-    report["regressions"], report["fixes"], report["error_growth"] = [], [], []
-    if compare is not None:
-        base = _rows(db, "SELECT id AS run_id, started_at, status, device, backend FROM runs WHERE id = ?",
-                     [compare])[0]
-        report["baseline"] = {**base, "source": baseline_source}
-        changes = f"SELECT {_cols(_CHANGE_COLS)} FROM verdict_changes WHERE run_id = ? AND base_run_id = ?"
-        order = " ORDER BY model, op, case_name"
-        # (the outcome filter only narrows what `change` decides: it lets the (run_id, outcome)
-        # index find the failing occurrences instead of comparing every one)
-        report["regressions"] = _rows(db, changes + " AND change = 'regression' AND outcome IN"
-                                      " (SELECT outcome FROM outcome_classes WHERE failing)" + order,
-                                      [run_id, compare])
-        report["fixes"] = _rows(db, changes + " AND change = 'fix'" + order, [run_id, compare])
-        report["error_growth"] = _rows(db, changes + " AND err_growth > ? ORDER BY err_growth DESC, model, case_name",
-                                       [run_id, compare, error_factor])
-    report["error_factor"] = error_factor
+    out["blocking"] = _rows(db, f"SELECT {_cols(_BLOCKING_COLS)} FROM op_blocking WHERE run_id = ?"
+                                " AND models_blocked > 0 ORDER BY models_blocked DESC, unblocks DESC,"
+                                " failing DESC, op", [run_id])
+    out["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
+                                       " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
+                                       " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
+    return out
+
+
+def _comparison(db, run_id: int, compare: int | None, source: str, error_factor: float) -> dict:
+    """The baseline and what changed against it: regressions, fixes, errors that grew."""
+    out: dict[str, Any] = {"baseline": None, "regressions": [], "fixes": [], "error_growth": []}
+    if compare is None:
+        return out
+    base = _rows(db, "SELECT id AS run_id, started_at, status, device, backend FROM runs WHERE id = ?", [compare])[0]
+    out["baseline"] = {**base, "source": source}
+    changes = f"SELECT {_cols(_CHANGE_COLS)} FROM verdict_changes WHERE run_id = ? AND base_run_id = ?"
+    order = " ORDER BY model, op, case_name"
+    # (the outcome filter only narrows what `change` decides: it lets the (run_id, outcome)
+    # index find the failing occurrences instead of comparing every one)
+    out["regressions"] = _rows(db, changes + " AND change = 'regression' AND outcome IN"
+                               " (SELECT outcome FROM outcome_classes WHERE failing)" + order, [run_id, compare])
+    out["fixes"] = _rows(db, changes + " AND change = 'fix'" + order, [run_id, compare])
+    out["error_growth"] = _rows(db, changes + " AND err_growth > ? ORDER BY err_growth DESC, model, case_name",
+                                [run_id, compare, error_factor])
+    return out
+
+
+def _trend(db, summary: dict, run_id: int, trend: int) -> list[dict]:
     # The runs first (a list of ids reaches into the grouped view; ORDER BY ... LIMIT would not).
     ids = [r[0] for r in db.execute("SELECT id FROM runs WHERE device IS ? AND backend IS ? AND id <= ?"
                                     " ORDER BY id DESC LIMIT ?",
                                     [summary["device"], summary["backend"], run_id, trend]).fetchall()]
-    report["trend"] = _rows(
+    return _rows(
         db, "SELECT s.run_id, s.started_at, s.status, s.occurrences, s.executed, s.passed, s.failed, s.errors,"
             " s.pass_rate, (SELECT count(*) FROM regressions g WHERE g.run_id = s.run_id) AS new_regressions"
             f" FROM run_pass_rates s WHERE s.run_id IN ({', '.join('?' * len(ids))}) ORDER BY s.run_id DESC", ids)
-    return report
 
 
 # ----------------------------------------------------------------------------------- rendering
@@ -200,6 +230,13 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
         out.append({"title": title, "headers": headers, "rows": shown, "inline": inline,
                     "note": " ".join(x for x in (note, more, empty if not rows else None) if x)})
 
+    for part in (_pass_rate_tables, _comparison_tables, _failure_tables, _blocking_tables, _proof_and_time_tables):
+        part(table, report)
+    return out
+
+
+def _pass_rate_tables(table: Callable, report: dict) -> None:
+    """Totals, per model, per op."""
     tot = report["totals"]
     table("Totals", ["pass rate", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
                      "ref_errors", "not exercised", "vacuous", "occurrences"], [tot],
@@ -220,10 +257,14 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
           ["op", "pass rate", "passed/executed", "failed", "errors", "xfailed", "models"], report["ops"],
           lambda r: [r["op"], _pct(r["pass_rate"]), f"{r['passed']}/{r['executed']}", _num(r["failed"]),
                      _num(r["errors"]), _num(r["xfailed"]), _num(r["models"])])
+
+
+def _comparison_tables(table: Callable, report: dict) -> None:
+    """Against the baseline run: regressions, fixes, errors that grew."""
     base = report["baseline"]
     if base is None:
-        out.append({"title": "Comparison", "headers": [], "rows": [], "inline": False,
-                    "note": "no baseline: this is the first run on its device and backend (use --compare RUN)"})
+        table("Comparison", [], [], None, empty="no baseline: this is the first run on its device and backend "
+                                                 "(use --compare RUN)")
     else:
         vs = f"vs run {base['run_id']} ({base['device']}/{base['backend']}, {base['source']})"
         change_headers = ["case", "op", "inputs", "before", "now", "max abs err before", "now", "error"]
@@ -239,6 +280,10 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
               report["error_growth"],
               lambda r: [_case(r), r["op"], r["inputs"], r["base_outcome"], r["outcome"], _num(r["base_max_abs_err"]),
                          _num(r["max_abs_err"]), f"{r['err_growth']:.3g}x"], empty="none")
+
+
+def _failure_tables(table: Callable, report: dict) -> None:
+    """Xpasses to unmark, failures and their stages."""
     table("Remove xfail (marked xfail, now passing)", ["case", "op", "inputs", "repro"], report["remove_xfail"],
           lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
     table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
@@ -246,6 +291,10 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
                      r["repro"]])
     table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
           note="where the cases that did not pass went wrong")
+
+
+def _blocking_tables(table: Callable, report: dict) -> None:
+    """Which ops block which models."""
     blocking = report.get("blocking") or []
     table("What blocks what: ops by the models they block", ["op", "models blocked", "of models calling it",
                                                                "unblocks", "failing cases", "blocked models"],
@@ -260,6 +309,10 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
               lambda r: [r["op"], *(f"{cells[r['op'], m]['failing']}/{cells[r['op'], m]['occurrences']}"
                                     if (r["op"], m) in cells else "" for m in models)],
               note="empty: the model does not call the op")
+
+
+def _proof_and_time_tables(table: Callable, report: dict) -> None:
+    """What proves nothing, lowering, dedupe and runtime, the trend."""
     table("Proves nothing (not exercised, or a vacuous reference)", ["op", "inputs", "why", "models"],
           report["unproven"], lambda r: [r["op"], r["inputs"], r["why"], r["models"] or ""],
           note="vacuous: the reference is all zeros or one value, so a target returning that passes; "
@@ -285,7 +338,6 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
           lambda r: [str(r["run_id"]), r["started_at"] or "", r["status"] or "", _pct(r["pass_rate"]),
                      f"{r['passed'] or 0}/{r['executed'] or 0}", _num(r["failed"]), _num(r["errors"]),
                      _num(r["new_regressions"])])
-    return out
 
 
 def _title(report: dict) -> str:
