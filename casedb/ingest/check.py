@@ -48,7 +48,3 @@ def check_store(store, models: list[str] | None = None) -> list[dict]:
                         "source": row["source"], "problems": cache[sig]})
     return out
 
-
-def invalid_signatures(store) -> dict[str, list[str]]:
-    """``{signature: problems}`` of every invalid case in the store (for reporting a run apart)."""
-    return {r["signature"]: r["problems"] for r in check_store(store)}

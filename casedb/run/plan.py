@@ -159,10 +159,10 @@ def param_id(nodeid: str) -> str | None:
 
 
 # One query, JSON decoded in Python (10k cases plan in well under a second).
-_PLAN_SQL = """SELECT mc.id, mc.model, mc.name, mc.signature, c.op, c.shapes, c.dtype, c.seed, c.inputs, c.attrs,
-                      c.marks, mc.marks, mc.rtol, mc.atol, mc.skip_if, mc.expects_error, mc.xfail, mc.source,
+_PLAN_SQL = """SELECT mc.id, mc.model, mc.name, mc.signature, mc.op, mc.shapes, mc.dtype, mc.seed, mc.inputs,
+                      mc.attrs, mc.marks, mc.rtol, mc.atol, mc.skip_if, mc.expects_error, mc.xfail, mc.source,
                       m.defaults
-               FROM model_cases mc JOIN cases c ON c.signature = mc.signature JOIN models m ON m.name = mc.model
+               FROM occurrences mc JOIN models m ON m.name = mc.model
                WHERE mc.retired_at IS NULL {where}
                ORDER BY mc.model, mc.position, mc.id"""
 
@@ -181,9 +181,9 @@ def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, s
     items: list[PlanItem] = []
     by_sig: dict[str, PlanItem] = {}
     defaults_of: dict = {}
-    for (mcid, model, name, sig, op, shapes, dtype, seed, inputs, attrs, derived, own, rtol, atol, skip_if,
+    for (mcid, model, name, sig, op, shapes, dtype, seed, inputs, attrs, marks, rtol, atol, skip_if,
          expects, xfail, source, defaults) in store.db.execute(_PLAN_SQL.format(where=where), params):
-        marks = sorted(set(loads(derived) or ()) | set(loads(own) or ()))
+        marks = loads(marks)
         if model not in defaults_of:
             defaults_of[model] = {k: v for k, v in (loads(defaults) or {}).items() if k in ("dtype", "rtol", "atol")}
         occ = {"model_case_id": mcid, "model": model, "name": name, "rtol": rtol, "atol": atol,

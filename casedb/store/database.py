@@ -22,7 +22,7 @@ from casedb.cases.spec import Normalized
 from casedb.errors import NotFound
 from casedb.names import model_key
 from casedb.store.migrations import migrations
-from casedb.serial import dumps, loads, now  # noqa: F401 (re-exported: the store's JSON and time)
+from casedb.serial import dumps, loads, now
 
 DEFAULT_DB = Path("data") / "casedb.sqlite"
 SHIPPED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -34,7 +34,7 @@ def db_path(path: str | os.PathLike | None = None) -> Path:
 
 
 def connect(path: str | os.PathLike) -> sqlite3.Connection:
-    """A connection to a casedb file, as every process opens one: its schema checked to be
+    """A connection to a casedb file that runs, imports and history write through: its schema checked to be
     casedb's (:mod:`casedb.store.schema_check`), explicit transactions, foreign
     keys, a long busy timeout (runs, imports and shards write concurrently) and NORMAL sync in
     WAL mode (a commit survives SIGKILL of the process, not a power cut; an fsync per recorded
@@ -277,10 +277,10 @@ class Store:
         where, params = [], []
         if models:
             names = [self.model(m)["name"] for m in models]
-            where.append(f"mc.model IN ({','.join('?' * len(names))})")
+            where.append(f"o.model IN ({','.join('?' * len(names))})")
             params += names
         if op:
-            where.append("(c.op = ? OR c.op LIKE ?)")
+            where.append("(o.op = ? OR o.op LIKE ?)")
             params += [op, f"%{op}%"]
         expr = marks_mod.MarkExpression(markexpr if markexpr is not None else
                                         (marks_mod.DEFAULT_EXCLUDE if show_excluded else ""))
@@ -298,12 +298,8 @@ class Store:
         """Every mark a current case carries (derived or declared) and every model's ``model_<name>``."""
         from casedb.run.plan import model_mark
 
-        q = """SELECT DISTINCT j.value AS mark FROM model_cases mc JOIN cases c ON c.signature = mc.signature,
-                      json_each(CASE WHEN json_valid(c.marks) THEN c.marks ELSE '[]' END) j
-               WHERE mc.retired_at IS NULL
-               UNION SELECT DISTINCT j.value FROM model_cases mc,
-                      json_each(CASE WHEN json_valid(mc.marks) THEN mc.marks ELSE '[]' END) j
-               WHERE mc.retired_at IS NULL"""
+        q = """SELECT DISTINCT j.value AS mark FROM occurrences o, json_each(o.marks) j
+               WHERE o.retired_at IS NULL"""
         names = {str(r["mark"]) for r in self.db.query(q)}
         return names | {model_mark(r["name"]) for r in self.db.query("SELECT name FROM models")}
 
@@ -315,14 +311,14 @@ class Store:
         rows = []
         for retired in (False, True):
             if len(text) >= 6 and all(ch in "0123456789abcdef" for ch in text.lower()):
-                rows = self._occ_where("mc.signature LIKE ?", [text.lower() + "%"], retired=retired)
+                rows = self._occ_where("o.signature LIKE ?", [text.lower() + "%"], retired=retired)
             if not rows:
-                rows = self._occ_where("mc.name = ?", [text], retired=retired)
+                rows = self._occ_where("o.name = ?", [text], retired=retired)
             if not rows and "::" in text:
                 model, _, name = text.partition("::")
                 m = self.model(model, missing_ok=True)
                 if m:
-                    rows = self._occ_where("mc.model = ? AND mc.name = ?", [m["name"], name], retired=retired)
+                    rows = self._occ_where("o.model = ? AND o.name = ?", [m["name"], name], retired=retired)
             if rows:
                 break
         if not rows:
@@ -330,14 +326,14 @@ class Store:
         return rows
 
     def _occ_where(self, cond: str, params: list, *, retired: bool = False) -> list[dict]:
-        """Occurrences matching `cond`: current ones, or with `retired` the retired ones only."""
-        state = "mc.retired_at IS NOT NULL" if retired else "mc.retired_at IS NULL"
-        q = f"""SELECT mc.id, mc.model, mc.name, c.op, mc.signature, c.shapes, c.dtype, c.seed,
-                       c.inputs, c.attrs, c.marks AS derived_marks, mc.marks AS own_marks,
-                       mc.description, mc.source, mc.count, mc.rtol, mc.atol, mc.dtype AS declared_dtype,
-                       mc.skip_if, mc.expects_error, mc.xfail, mc.position
-                FROM model_cases mc JOIN cases c ON c.signature = mc.signature WHERE ({cond}) AND {state}
-                ORDER BY mc.model, mc.position, mc.id"""
+        """Occurrences (the ``occurrences`` view, as ``o``) matching `cond`: current ones, or with
+        `retired` the retired ones only."""
+        state = "o.retired_at IS NOT NULL" if retired else "o.retired_at IS NULL"
+        q = f"""SELECT id, model, name, op, signature, shapes, dtype, seed, inputs, attrs, derived_marks, own_marks,
+                       marks, description, source, count, rtol, atol, declared_dtype, skip_if, expects_error, xfail,
+                       position
+                FROM occurrences o WHERE ({cond}) AND {state}
+                ORDER BY o.model, o.position, o.id"""
         return [decode_occurrence(r) for r in self.db.query(q, params)]
 
     def case(self, signature: str) -> dict:
@@ -386,9 +382,8 @@ def _occurrence_row(o: Occurrence, model: str) -> dict:
 
 
 def decode_occurrence(r: dict) -> dict:
-    for k in ("inputs", "attrs", "derived_marks", "own_marks", "skip_if", "expects_error", "xfail"):
+    for k in ("inputs", "attrs", "derived_marks", "own_marks", "marks", "skip_if", "expects_error", "xfail"):
         r[k] = loads(r[k])
-    r["marks"] = sorted(set(r["derived_marks"] or []) | set(r["own_marks"] or []))
     return r
 
 

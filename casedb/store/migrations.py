@@ -142,7 +142,25 @@ def _of(table: str, col: str, key: str, value: str) -> str:
     return f"(SELECT {col} FROM {table} WHERE {key} = {value})"
 
 
+# The marks of an occurrence: its case's derived marks and its own, as one sorted JSON array.
+# Most occurrences have no marks of their own: then the case's (stored sorted, casedb.cases.marks.
+# derive) are the answer as they are, without a JSON union per row.
+_MARKS_UNION = """CASE WHEN mc.marks IS NULL OR mc.marks = '[]' THEN ifnull(c.marks, '[]') ELSE
+                   (SELECT json_group_array(value) FROM (
+                    SELECT value FROM json_each(CASE WHEN json_valid(c.marks) THEN c.marks ELSE '[]' END)
+                    UNION SELECT value FROM json_each(CASE WHEN json_valid(mc.marks) THEN mc.marks ELSE '[]' END)
+                    ORDER BY 1)) END"""
+
 REPORT_VIEWS = {
+    # Every occurrence (model_cases) with its case (cases), and `marks`: the derived and the
+    # occurrence's own marks in one sorted array. Retired occurrences too (retired_at set): readers
+    # that list or plan filter them out.
+    "occurrences": f"""
+        SELECT mc.id, mc.model, mc.name, mc.signature, c.op, c.shapes, c.dtype, c.seed, c.inputs, c.attrs,
+               c.marks AS derived_marks, mc.marks AS own_marks, {_MARKS_UNION} AS marks,
+               mc.description, mc.source, mc.count, mc.position, mc.rtol, mc.atol, mc.dtype AS declared_dtype,
+               mc.skip_if, mc.expects_error, mc.xfail, mc.retired_at
+        FROM model_cases mc JOIN cases c ON c.signature = mc.signature""",
     # The latest run of each device/backend, and each run's predecessor on the same device/backend.
     "latest_runs": "SELECT max(id) AS run_id, device, backend FROM runs GROUP BY device, backend",
     "run_pairs": """
@@ -397,6 +415,8 @@ def m101_search(db):
     db["model_cases"].enable_fts(["name", "description"], create_triggers=True, replace=True)
 
 
+# Named m004 but defined, and so applied, after m101 (sqlite-utils applies migrations in the order
+# they are defined); databases record it by this name, so the name stays.
 @migrations()
 def m004_retired_occurrences(db):
     # `casedb import --replace` retires an occurrence that runs have judged instead of deleting
@@ -469,4 +489,12 @@ def m121_triage(db):
     # new, regression, expected, unspecified, not_supported; and the entry that said so.
     db["judgements"].add_column("triage", str)
     db["judgements"].add_column("triage_where", str)
+    _create_views(db)
+
+
+@migrations()
+@_recreates_views
+def m130_occurrences_view(db):
+    # One definition of an occurrence with its case and marks (the occurrences view), read by the
+    # store's listings and the run plan.
     _create_views(db)
