@@ -1,7 +1,8 @@
 """A small DB with two recorded runs, for the report, serve and browser tests.
 
 Cases come in through `casedb import` (a YAML manifest); runs, results and judgements are
-written directly, the way the runner records them, so these tests do not need the runner.
+recorded through casedb.store.history, as the runner records them, so these tests do not need
+the runner.
 """
 
 from __future__ import annotations
@@ -85,53 +86,58 @@ def import_manifests(cli, tmp_path: Path) -> None:
 
 
 def occurrences(db_path: Path) -> dict:
-    """(model, case name) -> (model_case id, signature)."""
+    """(model, case name) -> (model_case id, signature, rtol, atol): the tolerance a judgement of
+    it records, the case's own, else (the outputs here are of the manifest's dtype) the manifest
+    default."""
     con = sqlite3.connect(db_path)
     try:
-        return {(m, n): (i, s) for i, m, n, s in con.execute("SELECT id, model, name, signature FROM model_cases")}
+        return {(m, n): (i, s, rtol, atol) for i, m, n, s, rtol, atol in con.execute(
+            "SELECT mc.id, mc.model, mc.name, mc.signature, coalesce(mc.rtol, json_extract(m.defaults, '$.rtol')),"
+            " coalesce(mc.atol, json_extract(m.defaults, '$.atol'))"
+            " FROM model_cases mc JOIN models m ON m.name = mc.model")}
     finally:
         con.close()
 
 
 def record_run(db_path: Path, outcomes: dict, *, device: str = CPU[0], backend: str = CPU[1],
                started_at: str = "2025-01-01T00:00:00+00:00", timings: dict | None = None) -> int:
-    """Write one run as the runner would: one results row per distinct case executed, one
-    judgements row per model occurrence. A case shared by models is executed once; its results
-    row takes the first occurrence's error. Returns the run id."""
+    """Record one run through casedb.store.history, as the runner does: one results row per
+    distinct case executed, one judgements row per model occurrence. A case shared by models is
+    executed once; its results row takes the first occurrence's error. Returns the run id."""
+    from casedb.store import history
+
     occ = occurrences(db_path)
-    con = sqlite3.connect(db_path)
+    conn = history.connect(db_path)
     try:
-        with con:
-            run_id = con.execute(
-                "INSERT INTO runs (started_at, finished_at, status, device, backend, torch_version, casedb_version,"
-                " host) VALUES (?, ?, 'finished', ?, ?, '2.13.0', '0.1.0', 'test')",
-                [started_at, started_at, device, backend]).lastrowid
-            result_ids = {}
-            for (model, name), (outcome, err) in outcomes.items():
-                mc_id, sig = occ[(model, name)]
-                if sig not in result_ids:
-                    t_ref, t_compile, t_exec = (timings or {}).get(name, (0.001, 0.01, 0.002))
-                    failed = outcome in ("failed", "xfailed")
-                    result_ids[sig] = con.execute(
-                        "INSERT INTO results (run_id, signature, model_case_id, outcome, compare_mode, max_abs_err,"
-                        " max_rel_err, mismatch_count, nan_inf_mismatch, t_ref, t_compile, t_exec, error_type,"
-                        " error_message, created_at) VALUES (?, ?, ?, ?, 'allclose', ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
-                        [run_id, sig, mc_id, outcome, err, err * 2, 7 if failed else 0, t_ref, t_compile, t_exec,
-                         "AssertionError" if failed else None,
-                         f"max abs error {err} exceeds tolerance" if failed else None, started_at]).lastrowid
-                con.execute(
-                    # the tolerance applied: the case's own, else (the outputs here are of the manifest's
-                    # dtype) the manifest default
-                    "INSERT INTO judgements (run_id, result_id, model_case_id, model, signature, outcome, reason,"
-                    " rtol, atol, created_at) SELECT ?, ?, mc.id, mc.model, mc.signature, ?, ?,"
-                    " coalesce(mc.rtol, json_extract(m.defaults, '$.rtol')),"
-                    " coalesce(mc.atol, json_extract(m.defaults, '$.atol')), ?"
-                    " FROM model_cases mc JOIN models m ON m.name = mc.model WHERE mc.id = ?",
-                    [run_id, result_ids[sig], outcome, None if outcome == "passed" else f"{outcome} at {err}",
-                     started_at, mc_id])
+        conn.execute("BEGIN IMMEDIATE")
+        run_id = history.start_run(conn, selection={}, args=[], device=device, backend=backend)
+        history.set_run(conn, run_id, started_at=started_at, torch_version="2.13.0", casedb_version="0.1.0",
+                        host="test")
+        result_ids = {}
+        for (model, name), (outcome, err) in outcomes.items():
+            mc_id, sig, rtol, atol = occ[(model, name)]
+            if sig not in result_ids:
+                result_ids[sig] = history.insert_result(conn, _result(run_id, sig, mc_id, outcome, err, started_at,
+                                                                      (timings or {}).get(name)))
+            history.insert_judgement(conn, {
+                "run_id": run_id, "result_id": result_ids[sig], "model_case_id": mc_id, "model": model,
+                "signature": sig, "outcome": outcome, "reason": None if outcome == "passed" else f"{outcome} at {err}",
+                "rtol": rtol, "atol": atol, "created_at": started_at})
+        history.set_run(conn, run_id, status="finished", finished_at=started_at)
+        conn.execute("COMMIT")
         return run_id
     finally:
-        con.close()
+        conn.close()
+
+
+def _result(run_id: int, sig: str, mc_id: int, outcome: str, err: float, at: str, timing) -> dict:
+    t_ref, t_compile, t_exec = timing or (0.001, 0.01, 0.002)
+    failed = outcome in ("failed", "xfailed")
+    return {"run_id": run_id, "signature": sig, "model_case_id": mc_id, "outcome": outcome, "compare_mode": "allclose",
+            "max_abs_err": err, "max_rel_err": err * 2, "mismatch_count": 7 if failed else 0, "nan_inf_mismatch": 0,
+            "t_ref": t_ref, "t_compile": t_compile, "t_exec": t_exec,
+            "error_type": "AssertionError" if failed else None,
+            "error_message": f"max abs error {err} exceeds tolerance" if failed else None, "created_at": at}
 
 
 def two_runs(cli, tmp_path: Path, db_path: Path) -> tuple[int, int]:
