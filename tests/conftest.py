@@ -59,3 +59,57 @@ def write_sql(db, *statements: str) -> None:
         con.commit()
     finally:
         con.close()
+
+
+# The suite never touches the real default DB (data/casedb.sqlite): tests/test_model_ops.py, the
+# RFC's entry point, collects its smoke set from the default DB and records a run there. Without
+# CASEDB_DB or --casedb-db, the session gives it a DB of its own, filled from the shipped
+# manifests as a new default DB would be; xdist workers inherit the variable.
+REAL_DB = Path(__file__).resolve().parents[1] / "data" / "casedb.sqlite"
+
+
+def _stat(path: Path):
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def pytest_configure(config):
+    import os
+    import tempfile
+
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller set it up
+        return
+    config._casedb_real_db = _stat(REAL_DB)
+    if os.environ.get("CASEDB_DB") or getattr(config.option, "casedb_db", None):
+        return
+    from casedb.ingest.seed import seed_from_manifests
+    from casedb.store.database import Store
+
+    session_db = Path(tempfile.mkdtemp(prefix="casedb-tests-")) / "casedb.sqlite"
+    if _collects(config, Path(__file__).with_name("test_model_ops.py")):
+        with Store(session_db) as store:
+            seed_from_manifests(store)
+    os.environ["CASEDB_DB"] = str(session_db)
+
+
+def _collects(config, test_file: Path) -> bool:
+    """Whether the session's arguments name `test_file` or a folder holding it."""
+    for arg in config.args:
+        path = Path(str(arg).split("::")[0]).resolve()
+        if path == test_file.resolve() or (path.is_dir() and test_file.resolve().is_relative_to(path)):
+            return True
+    return False
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput") or not hasattr(config, "_casedb_real_db"):
+        return
+    if _stat(REAL_DB) != config._casedb_real_db:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        config.get_terminal_writer().line(
+            f"\nerror: the test session changed {REAL_DB} (size, mtime {config._casedb_real_db} -> "
+            f"{_stat(REAL_DB)}): a test used the real default DB; give it a tmp_path DB", red=True)
