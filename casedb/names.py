@@ -7,6 +7,7 @@ importers, the judge and triage can all use it without importing each other.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any, Iterable
 
 
@@ -40,6 +41,11 @@ def op_path(op: Any) -> str:
 def model_key(name: str) -> str:
     """Model names match case-insensitively with '-' and '_' alike (gpt_oss = gpt-oss)."""
     return str(name).strip().lower().replace("_", "-")
+
+
+def model_mark(name: str) -> str:
+    """The ``model_<name>`` marker of a model (``granite-4.0-h-micro`` -> ``model_granite_4_0_h_micro``)."""
+    return "model_" + re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower()
 
 
 def close_names(word: Any, choices: Iterable, *, n: int = 1, ignore_case: bool = False) -> list:

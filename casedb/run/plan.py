@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from casedb.cases import dtypes
 from casedb.cases import marks as marks_mod
+from casedb.names import model_mark  # noqa: F401 (defined in casedb.names; the plugin imports it from here)
 from casedb.run.runspec import parse_shard  # noqa: F401 (part of the plan's vocabulary)
 from casedb.serial import loads
 
@@ -78,11 +79,6 @@ class PlanItem:
             return True  # a library's op: its Python code is not called to size it
         out = output_numel(self.case, info.fn)
         return out is None or out <= max_numel
-
-
-def model_mark(name: str) -> str:
-    """The ``model_<name>`` marker of a model (``granite-4.0-h-micro`` -> ``model_granite_4_0_h_micro``)."""
-    return "model_" + re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower()
 
 
 def op_label(op: str) -> str:

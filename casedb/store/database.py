@@ -20,7 +20,7 @@ from casedb.cases import marks as marks_mod
 from casedb.store import schema_check
 from casedb.cases.spec import Normalized
 from casedb.errors import NotFound
-from casedb.names import model_key
+from casedb.names import model_key, model_mark
 from casedb.store.migrations import migrations
 from casedb.serial import dumps, loads, now
 
@@ -296,8 +296,6 @@ class Store:
 
     def mark_names(self) -> set[str]:
         """Every mark a current case carries (derived or declared) and every model's ``model_<name>``."""
-        from casedb.run.plan import model_mark
-
         q = """SELECT DISTINCT j.value AS mark FROM occurrences o, json_each(o.marks) j
                WHERE o.retired_at IS NULL"""
         names = {str(r["mark"]) for r in self.db.query(q)}
