@@ -53,17 +53,20 @@ def _ordering(c: Call):
       "torch.bitwise_and", "torch.Tensor.bitwise_and")
 def _conjunction(c: Call):
     # a mask ANDed with a single random bool is all False half the time: the single one True
-    for spec in _operands(c):
-        if spec is not None and spec.get("dtype") == "bool" and numel(spec) <= 1:
-            informative(spec, "ones")
+    _single_bools(c, "ones")
 
 
 @rule("torch.Tensor.__or__", "torch.Tensor.__ror__", "torch.logical_or", "torch.Tensor.logical_or",
       "torch.bitwise_or", "torch.Tensor.bitwise_or")
 def _disjunction(c: Call):
+    _single_bools(c, "zeros")
+
+
+def _single_bools(c: Call, init: str) -> None:
+    """The call's single-element bool operands take `init` (ones, zeros)."""
     for spec in _operands(c):
         if spec is not None and spec.get("dtype") == "bool" and numel(spec) <= 1:
-            informative(spec, "zeros")
+            informative(spec, init)
 
 
 @rule("torch.all", "torch.Tensor.all")
