@@ -310,7 +310,7 @@ def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, 
     """A payload for a case whose worker reported nothing: crashed, timeout, error, or a skip
     decided by pytest itself (a `skip` mark). A failing outcome is read under the run's triage
     files (``triage``, for the target ``where``: see triage_target), as an executed case's is."""
-    stage = {"crashed": "crash", "timeout": "timeout", "error": "runtime"}.get(outcome)
+    stage = outcomes.failure_stage(outcome)
     if outcome == "skipped":
         judgements = [_judgement(o, outcome, reason, stage=stage) for o in item.occurrences]
         return {"outcome": outcome, "reason": reason, "result": None, "judgements": judgements}
