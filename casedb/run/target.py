@@ -224,7 +224,7 @@ def triage_target(target) -> dict:
 
 def _triaged(triage, entry, outcome: str, reason: str, stage: str | None) -> tuple[str, str, dict]:
     """(outcome, reason, the triage reading) of a raw verdict under the run's triage files."""
-    from casedb.triage import entries as triage_mod
+    from casedb import triage as triage_mod
 
     t = triage_mod.verdict(entry, outcome, stage=stage, unlisted=triage.unlisted if triage else "unspecified")
     out, why = t["outcome"] or outcome, reason
@@ -246,7 +246,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     stores (JSON-safe): outcome, reason, result row, judgements."""
     from casedb.run import execute
     from casedb.judge import numerics
-    from casedb.triage import entries as triage_mod
+    from casedb import triage as triage_mod
 
     judgements, active = [], []
     for occ, entry in zip(item.occurrences, triage_entries(item, triage, triage_target(target))):
