@@ -514,7 +514,7 @@ app.add_typer(triage_app, name="triage")
 
 
 def _triage_files(files) -> list[Path]:
-    from casedb.triage import entries as triage
+    from casedb import triage
 
     paths = list(files or triage.default_paths())
     if not paths:
@@ -530,7 +530,7 @@ def triage_check_cmd(
 ):
     """Check triage files: unknown keys, bad values and patterns, stale entries, entries that tie and
     disagree. Exit 2 when there is a problem (each with file:line); the DB is only read."""
-    from casedb.triage import entries as triage
+    from casedb import triage
 
     paths = _triage_files(files)
     try:
@@ -565,24 +565,13 @@ def triage_update_cmd(
     """Propose triage changes from a run, as a minimal edit of FILE: new failures become known_failure
     (stage, first error line), known failures that pass are removed, unspecified cases that pass are
     promoted to expected_pass. Tolerances are never loosened. The DB is only read."""
-    from casedb.triage import entries as triage
+    from casedb import triage
 
-    keys = [] if scope.strip() == "none" else [k.strip() for k in scope.split(",") if k.strip()]
-    bad = [k for k in keys if k not in triage.TARGET_KEYS]
-    if bad:
-        fail(f"--scope takes device, backend, arch (comma-separated) or none, not {', '.join(bad)}")
-    if file is None:
-        found = triage.default_paths()
-        if not found:  # the first triage file: the one -o names, else triage/triage.yaml
-            file = output if output is not None and str(output) != "-" else Path("triage") / "triage.yaml"
-        elif len(found) == 1:
-            file = found[0]
-        else:
-            fail(f"give the triage FILE to edit (triage/ has {len(found)})")
-    others = [p for p in triage.default_paths() if p.resolve() != file.resolve()]
     try:
+        keys = triage.scope_keys(scope)
+        file, others = triage.file_to_edit(file, output)
         with open_db() as store:
-            prop = triage.propose(store, from_run, file, others=others, scope=tuple(keys))
+            prop = triage.propose(store, from_run, file, others=others, scope=keys)
     except CasedbError as e:
         fail(e)
     written = None
@@ -624,7 +613,7 @@ def triage_import_cmd(
 ):
     """Turn the RFC implementation's skip/xfail lists and test-suite config (modes, unlisted_test_mode,
     per-dtype precision) into a triage file."""
-    from casedb.triage import entries as triage
+    from casedb import triage
 
     try:
         text = triage.import_rfc(files, scope={"device": device, "backend": backend, "arch": arch})

@@ -20,15 +20,17 @@ class Outcome:
     key: str            # key of the JSON summary
     style: str          # Rich style of its count
     meaning: str
+    stage: str | None = None  # the failure stage (STAGES) it has when nothing more telling is known
 
 
 # Worst first: a case judged for several models takes the worst of its verdicts.
 OUTCOMES = (
-    Outcome("crashed", "error", True, False, True, True, "crashed", "red", "the worker process died"),
-    Outcome("timeout", "error", True, False, True, True, "timeouts", "red", "ran past the time limit"),
+    Outcome("crashed", "error", True, False, True, True, "crashed", "red", "the worker process died", "crash"),
+    Outcome("timeout", "error", True, False, True, True, "timeouts", "red", "ran past the time limit", "timeout"),
     Outcome("error", "error", True, False, True, True, "errors", "red",
-            "the device/backend raised an unexpected error"),
-    Outcome("failed", "fail", True, False, True, True, "failed", "red", "ran, but the output is outside tolerance"),
+            "the device/backend raised an unexpected error", "runtime"),
+    Outcome("failed", "fail", True, False, True, True, "failed", "red", "ran, but the output is outside tolerance",
+            "incorrect result"),
     Outcome("xpassed", "pass", True, True, False, True, "xpassed", "red",
             "passed although marked xfail: remove the xfail"),
     Outcome("ref_error", "ref_error", False, False, False, False, "ref_errors", "yellow",
@@ -54,12 +56,20 @@ STAGES = ("resolve", "input build", "reference", "compile: dynamo trace", "compi
 BY_NAME = {o.name: o for o in OUTCOMES}
 NAMES = tuple(o.name for o in OUTCOMES)
 UNEXPECTED = frozenset(o.name for o in OUTCOMES if o.unexpected)
+FAILING = frozenset(o.name for o in OUTCOMES if o.failing)    # crashed, timeout, error, failed
+PASSING = frozenset(o.name for o in OUTCOMES if o.passed)     # xpassed, passed
 COUNT_KEYS = {o.name: o.key for o in OUTCOMES}
 
 
 def severity(name: str) -> int:
     """Lower is worse; an unknown outcome sorts last."""
     return NAMES.index(name) if name in BY_NAME else len(NAMES)
+
+
+def failure_stage(name: str) -> str | None:
+    """The stage (:data:`STAGES`) of a failing outcome recorded without one; None for the others."""
+    found = BY_NAME.get(name)
+    return found.stage if found else None
 
 
 def worst(names) -> str:

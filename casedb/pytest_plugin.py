@@ -303,7 +303,7 @@ class _Cases:
         self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
         self.spec = spec_from_config(config)
         if config.option.casedb_run_id is None:  # (casedb run hands its session the files it chose)
-            from casedb.triage.entries import run_paths
+            from casedb.triage import run_paths
 
             # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
             # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
@@ -366,7 +366,7 @@ class Worker:
     def triage(self):
         """The run's triage files (casedb.triage.entries.Triage), or None without any."""
         if self._triage is None and self.cases.spec.triage:
-            from casedb.triage import entries as triage
+            from casedb import triage
             from casedb.errors import CasedbError
 
             try:
@@ -535,7 +535,7 @@ class Controller:
     def _check_db(self) -> None:
         # Opening here (before workers start) creates and seeds a new default DB once, and turns
         # an unknown --model or a bad option into a usage error.
-        from casedb.triage import entries as triage
+        from casedb import triage
         from casedb.errors import CasedbError
         from casedb.ingest.seed import open_seeded
 
@@ -663,7 +663,7 @@ class Controller:
         target is resolved here without the --import modules: the workers have the prepared one,
         but a lost case is judged in this process."""
         if self._triage_where is None:
-            from casedb.triage import entries as triage
+            from casedb import triage
             from casedb.errors import CasedbError
             from casedb.run.target import resolve_arch, resolve_device
 

@@ -8,7 +8,8 @@ from casedb.run import execute
 from casedb.judge.compare import compare
 from casedb.run.execute import judge, run_case
 from casedb.cases.materialize import materialize
-from casedb.judge.numerics import Policy, Rule, Tolerance, rules_from
+from casedb.judge.numerics import Policy, Rule, Tolerance
+from casedb.judge.selectors import case_norms
 
 SIG = "ab" * 32
 
@@ -42,12 +43,13 @@ def test_precedence_case_then_rules_then_manifest_default_then_dtype_default():
     assert plain.tolerance(bf16_manifest, c, "bfloat16") == Tolerance(1.6e-2, 1e-2, "the manifest default for bfloat16")
     assert plain.tolerance(bf16_manifest, c, "float32") == Tolerance(1.3e-6, 1e-5, "the float32 default")
     assert plain.tolerance(bf16_manifest, c, "int64") == Tolerance(0.0, 0.0, "exact (int64)")
-    rules = rules_from([{"dtype": "float32", "rtol": 1e-5},                       # dtype
-                        {"backend": "inductor", "rtol": 2e-5, "atol": 2e-5},      # backend
-                        {"op": "torch.rsqrt", "rtol": 3e-5},                      # op
-                        {"op": "torch.rs*", "backend": "inductor", "rtol": 4e-5},  # backend + op pattern
-                        {"op": "torch.rsqrt", "backend": "inductor", "rtol": 5e-5},  # backend + op, exact
-                        {"op": "torch.rsqrt", "backend": "inductor", "rtol": 6e-5}], "t.yaml")  # later, equal
+    rules = [Rule(**kw, where=f"t.yaml[{i}]", order=i) for i, kw in enumerate([
+        {"dtype": "float32", "rtol": 1e-5},                         # dtype
+        {"backend": "inductor", "rtol": 2e-5, "atol": 2e-5},        # backend
+        {"op": "torch.rsqrt", "rtol": 3e-5},                        # op
+        {"op": "torch.rs*", "backend": "inductor", "rtol": 4e-5},   # backend + op pattern
+        {"op": "torch.rsqrt", "backend": "inductor", "rtol": 5e-5},  # backend + op, exact
+        {"op": "torch.rsqrt", "backend": "inductor", "rtol": 6e-5}])]  # later, equal
     policy = Policy(rules, device="cpu", backend="inductor")
     got = policy.tolerance(bf16_manifest, c, "float32")
     # rtol from the most specific rule (the later of two equal ones); atol: only the backend rule sets it
@@ -68,8 +70,8 @@ def test_rule_specificity_target_scoped_over_general_exact_over_wildcard():
     wildcard = Rule(op="torch.*", device="cuda", rtol=3.0)
     assert scoped.specificity() > general.specificity()
     assert general.specificity() > wildcard.specificity()  # the case named exactly beats a pattern
-    assert Rule(model="M_1", rtol=1).matches(op="x", name="y", model="m-1", signature="", device="cpu",
-                                             backend="b", dtype="float32")
+    case = case_norms({"op": "x", "name": "y", "model": "m-1", "signature": "", "dtype": "float32"})
+    assert Rule(model="M_1", rtol=1).selector.matches(case, {"device": "cpu", "backend": "b"})
 
 
 # ------------------------------------------------------------------------------- the judges

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from casedb.judge import numerics
-from casedb.triage import entries as triage
+from casedb import triage
 from casedb.errors import InputError
 from tests import runs_data
 from tests.conftest import DATA, sha256_of
@@ -528,5 +528,5 @@ def test_update_reads_the_arch_the_run_resolved(tmp_path, monkeypatch):
     run = history.start_run(conn, selection={"options": {"arch": None}}, args=[], device="cuda", backend="inductor")
     history.update_selection(conn, run, arch="sm_90")  # what the run's controller records
     conn.commit()
-    assert triage._run_target(conn, run) == {"device": "cuda", "backend": "inductor", "arch": "sm_90"}
+    assert triage.run_target(conn, run) == {"device": "cuda", "backend": "inductor", "arch": "sm_90"}
     conn.close()

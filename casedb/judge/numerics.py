@@ -39,8 +39,9 @@ bound is 2^-16 or 2^-13 of the terms' sum, so their own rounding still decides.
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
+
+from casedb.judge.selectors import Selector, case_norms
 
 # torch.testing.assert_close's defaults, keyed by the compared tensor's dtype.
 DTYPE_DEFAULTS = {
@@ -67,8 +68,7 @@ ACCUMULATING_OPS = frozenset({
     "torch.addmm", "torch.baddbmm", "torch._grouped_mm", "aten.mm", "aten.bmm", "aten.addmm", "aten.mean",
     "aten.sum", "aten.linear"})
 RULE_KEYS = ("op", "name", "model", "signature", "device", "backend", "dtype", "rtol", "atol")
-_CASE_KEYS = ("signature", "name", "op", "model")
-_TARGET_KEYS = ("device", "backend")
+_SELECTOR_KEYS = ("op", "name", "model", "signature", "device", "backend", "dtype")
 
 
 def accumulates(op: str) -> bool:
@@ -94,16 +94,9 @@ class Tolerance:
     explicit: bool = False
 
 
-def _exactness(pattern: str | None) -> int:
-    """2 for an exact value, 1 for a wildcard pattern, 0 for none or '*'."""
-    if pattern is None or pattern == "*":
-        return 0
-    return 1 if any(ch in pattern for ch in "*?[") else 2
-
-
 @dataclass(frozen=True)
 class Rule:
-    """A tolerance rule: patterns (fnmatch, case-insensitive) and the rtol/atol it sets."""
+    """A tolerance rule: selector values (casedb.judge.selectors) and the rtol/atol it sets."""
 
     rtol: float | None = None
     atol: float | None = None
@@ -116,23 +109,15 @@ class Rule:
     dtype: str | None = None
     where: str = ""
     order: int = 0
+    selector: Selector = field(init=False, repr=False, compare=False)
 
-    def matches(self, *, op: str, name: str, model: str, signature: str, device: str, backend: str,
-                dtype: str) -> bool:
-        from casedb.names import model_key
-
-        checks = ((self.op, op), (self.name, name), (self.device, device), (self.backend, backend),
-                  (self.dtype, dtype))
-        if self.model is not None and not fnmatch.fnmatchcase(model_key(model), model_key(self.model)):
-            return False
-        if self.signature is not None and not signature.startswith(self.signature.lower()):
-            return False
-        return all(p is None or fnmatch.fnmatchcase(str(v).lower(), p.lower()) for p, v in checks)
+    def __post_init__(self):
+        values = {k: getattr(self, k) for k in _SELECTOR_KEYS if getattr(self, k) is not None}
+        object.__setattr__(self, "selector", Selector(values))
 
     def specificity(self) -> tuple:
-        case = tuple(_exactness(getattr(self, k)) for k in _CASE_KEYS)
-        target = sum(_exactness(getattr(self, k)) for k in _TARGET_KEYS)
-        return (case, target, _exactness(self.dtype), self.order)
+        """The selector's rank; ``order`` breaks ties (the later rule wins)."""
+        return self.selector.rank + (self.order,)
 
     def describe(self) -> str:
         parts = [f"{k}={getattr(self, k)}" for k in ("signature", "name", "op", "model", "device", "backend", "dtype")
@@ -154,9 +139,10 @@ class Policy:
 
     def tolerance(self, occ: dict, case: dict, dtype: str) -> Tolerance:
         defaults = occ.get("defaults") or {}
-        matching = [r for r in self.rules if r.matches(
-            op=case["op"], name=occ["name"], model=occ["model"], signature=case.get("signature", ""),
-            device=self.device, backend=self.backend, dtype=dtype)]
+        norms = case_norms({"op": case["op"], "name": occ["name"], "model": occ["model"],
+                            "signature": case.get("signature", ""), "dtype": dtype})
+        target = {"device": self.device, "backend": self.backend}
+        matching = [r for r in self.rules if r.selector.matches(norms, target)]
         matching.sort(key=Rule.specificity, reverse=True)
         values, sources, chosen = {}, {}, False
         for key in ("rtol", "atol"):
@@ -180,15 +166,3 @@ def high_precision(dtypes) -> str:
     """The dtype of the high-precision reference for outputs of these dtypes."""
     narrow = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
     return "float32" if dtypes and all(d in narrow for d in dtypes) else "float64"
-
-
-def rules_from(entries, where: str = "") -> list[Rule]:
-    """Rules from a list of mappings (``tolerances:`` of a rules file), in order."""
-    out = []
-    for i, e in enumerate(entries or ()):
-        kw = {k: e[k] for k in RULE_KEYS if k in e and e[k] is not None}
-        for k in ("rtol", "atol"):
-            if k in kw:
-                kw[k] = float(kw[k])
-        out.append(Rule(**kw, where=e.get("where") or f"{where}[{i}]", order=i))
-    return out

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from casedb.errors import CasedbError, NotFound
+from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
+from casedb.store import history
 
 DEFAULT_ERROR_FACTOR = 10.0
 DEFAULT_TREND = 5
@@ -51,10 +52,7 @@ def latest_run_id(db) -> int:
 
 
 def _check_run(db, run_id: int, what: str) -> None:
-    if db.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone():
-        return
-    recent = [r[0] for r in db.execute("SELECT id FROM runs ORDER BY id DESC LIMIT 10")]
-    raise NotFound(f"no run {run_id} ({what}); recent runs: {', '.join(map(str, recent))}")
+    history.get_run(db, run_id, what)
 
 
 def build(db, run: int | None = None, compare: int | None = None, *,
@@ -207,7 +205,7 @@ def _case(r: dict) -> str:
 
 def _gist(msg: str | None) -> str:
     """The line of an error that says what went wrong: a table row per case (--json keeps the whole)."""
-    from casedb.triage.entries import first_error_line
+    from casedb.triage.update import first_error_line
 
     return first_error_line(None, msg, None) if msg else ""
 

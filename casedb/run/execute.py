@@ -37,8 +37,6 @@ from casedb.judge.compare import Comparison, compare, flat_chunks
 from casedb.cases.materialize import Prepared, prepare, result_leaves, torch_dtype, upcast_caster
 from casedb.cases.ops import UnknownOpError, get_arg, op_info
 
-# The outcomes judge() gives (the others come from the runner: crashed, timeout, skipped ...).
-OUTCOMES = ("passed", "failed", "error", "ref_error", "xfailed", "xpassed", "not_exercised")
 TEXT_LIMIT = 2048          # error_message / traceback excerpt in to_dict()
 _MESSAGE_KEEP = 65536      # message kept for matching expects_error
 
@@ -706,7 +704,7 @@ def _check_exercised(ex: Execution, probe: "_Probe | None", out, dev: torch.devi
 
 @dataclass
 class Verdict:
-    outcome: str                                 # one of OUTCOMES
+    outcome: str                                 # a casedb.outcomes name (not crashed, timeout, skipped)
     reason: str
     compare_mode: str
     rtol: float

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from casedb.store import history
-from casedb.triage import entries as triage
+from casedb import triage
 from casedb.errors import CasedbError
 from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.run.target import TargetError, check_import

@@ -224,7 +224,7 @@ def triage_target(target) -> dict:
 
 def _triaged(triage, entry, outcome: str, reason: str, stage: str | None) -> tuple[str, str, dict]:
     """(outcome, reason, the triage reading) of a raw verdict under the run's triage files."""
-    from casedb.triage import entries as triage_mod
+    from casedb import triage as triage_mod
 
     t = triage_mod.verdict(entry, outcome, stage=stage, unlisted=triage.unlisted if triage else "unspecified")
     out, why = t["outcome"] or outcome, reason
@@ -246,7 +246,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     stores (JSON-safe): outcome, reason, result row, judgements."""
     from casedb.run import execute
     from casedb.judge import numerics
-    from casedb.triage import entries as triage_mod
+    from casedb import triage as triage_mod
 
     judgements, active = [], []
     for occ, entry in zip(item.occurrences, triage_entries(item, triage, triage_target(target))):
@@ -310,7 +310,7 @@ def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, 
     """A payload for a case whose worker reported nothing: crashed, timeout, error, or a skip
     decided by pytest itself (a `skip` mark). A failing outcome is read under the run's triage
     files (``triage``, for the target ``where``: see triage_target), as an executed case's is."""
-    stage = {"crashed": "crash", "timeout": "timeout", "error": "runtime"}.get(outcome)
+    stage = outcomes.failure_stage(outcome)
     if outcome == "skipped":
         judgements = [_judgement(o, outcome, reason, stage=stage) for o in item.occurrences]
         return {"outcome": outcome, "reason": reason, "result": None, "judgements": judgements}

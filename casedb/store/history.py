@@ -61,12 +61,17 @@ def start_run(conn: sqlite3.Connection, *, selection: dict, args: list[str], dev
     return cur.lastrowid
 
 
-def get_run(conn: sqlite3.Connection, run_id: int) -> dict:
-    row = conn.execute("SELECT * FROM runs WHERE id = ?", [run_id]).fetchone()
+def get_run(conn, run_id: int, what: str | None = None) -> dict:
+    """The runs row ``run_id`` (selection and summary as data), through any connection or
+    database with ``execute``. NotFound naming the recent runs otherwise (``what``: the option
+    that named it, for the message)."""
+    cur = conn.execute("SELECT * FROM runs WHERE id = ?", [run_id])
+    row = cur.fetchone()
     if row is None:
-        last = conn.execute("SELECT max(id) FROM runs").fetchone()[0]
-        raise NotFound(f"no run {run_id}" + (f" (the last run is {last})" if last else " (no runs recorded yet)"))
-    d = dict(row)
+        recent = [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY id DESC LIMIT 10")]
+        raise NotFound(f"no run {run_id}" + (f" ({what})" if what else "")
+                       + (f"; recent runs: {', '.join(map(str, recent))}" if recent else "; no runs recorded yet"))
+    d = dict(zip([c[0] for c in cur.description], row))
     d["selection"] = loads(d["selection"]) or {}
     d["summary"] = loads(d["summary"])
     return d

@@ -63,7 +63,7 @@ def test_a_foreign_trigger_refuses_the_file_for_every_command(command, cli, own,
 
 
 def test_a_database_given_by_path_to_the_library_is_checked_too(own, tmp_path):
-    from casedb.triage import entries as triage
+    from casedb import triage
     from casedb.store.schema_check import UnusableDatabase
 
     write_sql(own, FLIP)
