@@ -121,6 +121,8 @@ def import_cmd(
         console.print(f"--replace: {report.removed} case(s) no longer imported were removed; {report.retired} that "
                       "runs have judged were retired (kept for history, no longer listed or run)", highlight=False)
     for f in report.files:
+        if f.their_dedupe:
+            console.print(_their_dedupe_line(f.path, f.their_dedupe), highlight=False, soft_wrap=True)
         for w in f.warnings:
             err_console.print(f"warning: {w['where']}: case {w['case']!r}: {w['problem']}", highlight=False,
                               soft_wrap=True)
@@ -128,6 +130,13 @@ def import_cmd(
             err_console.print(f"skipped {s.get('where')}: {s.get('op')}: {s.get('reason')}", highlight=False)
         if len(f.skipped_reasons) > 20:
             err_console.print(f"... and {len(f.skipped_reasons) - 20} more skipped in {f.path} (see --json)")
+
+
+def _their_dedupe_line(path: str, d: dict) -> str:
+    lines = [f"{path}: {d['theirs']} unique by their runner's dedupe (op, repr(args), repr(kwargs), dtype), "
+             f"{d['ours']} by casedb's signatures"]
+    lines += [f"  {why}" for why in d["disagree"]]
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------- listing

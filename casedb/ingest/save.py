@@ -32,6 +32,7 @@ class FileReport:
     skipped: int = 0
     skipped_reasons: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # {where, case, problem}: invalid inputs (casedb.ingest.check)
+    their_dedupe: dict | None = None  # v2 configs: their runner's dedupe count beside casedb's (model_ops_v2)
 
 
 @dataclass
@@ -118,6 +119,7 @@ def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes)
         defaults: dict = {}
         position = 0
         file_keys = []
+        their = None
         try:
             for rec in mod.parse(path, **kwargs):
                 kind = rec.get("type")
@@ -151,6 +153,11 @@ def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes)
                 where = rec.get("where") or str(path)
                 norm = casespec.normalize_case(rec["case"], defaults, where=where, base_dir=path.parent,
                                                allow_outside=allow_outside, max_bytes=max_bytes)
+                if "their_key" in rec:
+                    from importers.model_ops_v2 import TheirDedupe
+
+                    their = their or TheirDedupe()
+                    their.add(rec["their_key"], norm.signature)
                 count = int(rec.get("count") or 1)
                 if isinstance(rec["case"], dict) and rec["case"].get("count"):
                     count = rec["case"]["count"]
@@ -181,6 +188,7 @@ def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes)
             raise InputError(f"cannot read as {fmt}: {type(e).__name__}: {e}", where=str(path)) from None
         except RecursionError:
             raise InputError(f"cannot read as {fmt}: nested too deeply", where=str(path)) from None
+        report.their_dedupe = their.summary() if their else None
         if strict:
             check.fail_on(report.warnings)
         reports.append((report, file_keys))
