@@ -306,8 +306,9 @@ def tensor(spec: Any, label: str) -> dict:
     if init == "file":
         if not init_args.get("path"):
             raise ValueError(f"{label}: init: file needs init_args.path")
+        # read by casedb.cases.spec into a data tensor (values from the file, checked against shape and dtype)
         return {"file": {"path": str(init_args["path"]), "key": init_args.get("key"), "shape": shape,
-                         "dtype": dtype}}
+                         "dtype": dtype, "as": "data"}}
     out = {"shape": shape, "dtype": dtype, **_init(init, init_args, shape, dtype, label)}
     layout = _layout(spec, shape, label)
     if layout:

@@ -283,6 +283,10 @@ def _input(item: Any, ctx: _Ctx, label: str) -> dict:
         return _value_item(body, label)
     if kind == "py":
         return {"py": safe_eval.canonical_py(body)}
+    if isinstance(body, dict) and body.get("as") == "data":
+        # a tensor spec whose values a file holds (the RFC implementation's init: file): a data tensor
+        f = _file(body, ctx, label)
+        return {"tensor": {"shape": f["shape"], "dtype": f["dtype"], "init": "data", "blob": f["blob"]}}
     return {"file": _file(body, ctx, label)}
 
 

@@ -233,7 +233,7 @@ def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = 
 
 
 def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped: list | None = None) -> int:
-    """Write ``model`` to ``path`` (``fmt``: yaml or oplog) through a file beside it renamed into
+    """Write ``model`` to ``path`` (``fmt``: yaml, spyre-v2 or oplog) through a file beside it renamed into
     place: an unknown model or a failing case leaves a file already there as it was."""
     import os
     import tempfile
@@ -243,8 +243,13 @@ def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            n = (write_yaml(store, model, f, path) if fmt == "yaml"
-                 else write_oplog(store, model, f, path, skipped=skipped))
+            if fmt == "spyre-v2":
+                from casedb.read import export_v2
+
+                n = export_v2.write(store, model, f, path, notes=skipped)
+            else:
+                n = (write_yaml(store, model, f, path) if fmt == "yaml"
+                     else write_oplog(store, model, f, path, skipped=skipped))
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
