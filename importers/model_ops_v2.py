@@ -90,8 +90,10 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
         if mode not in MODES:
             raise InputError(f"unlisted_test_mode: unknown mode {mode!r} (known: {', '.join(MODES)})",
                              where=f.where(entry))
-        for test in f.seq(entry.get("tests"), "tests", entry):
-            yield from _test(f, f.mapping(test, TEST_KEYS, "tests[]", entry), judge)
+        tests = [f.mapping(t, TEST_KEYS, "tests[]", entry) for t in f.seq(entry.get("tests"), "tests", entry)]
+        judge.excludes(tests)
+        for test in tests:
+            yield from _test(f, test, judge)
 
 
 def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[dict]:
@@ -100,10 +102,8 @@ def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[dict]:
     mode = test.get("mode", "mandatory_success")
     if mode not in MODES:
         raise InputError(f"mode: unknown mode {mode!r} (known: {', '.join(MODES)})", where=f.where(test))
-    edits = f.mapping(test.get("edits"), EDIT_KEYS, "edits", test)
-    ops = f.mapping(edits.get("ops"), ("include", "exclude"), "edits.ops", test)
-    dts = f.mapping(edits.get("dtypes"), ("include", "exclude"), "edits.dtypes", test)
-    rules = judge.test_rules(test, mode, ops.get("exclude"), dts)
+    ops, _ = _edits(f, test)
+    rules = _TestRules(judge, mode, f"{f.path.name}:{getattr(test, 'line', '?')}")
     items = f.seq(ops.get("include"), "edits.ops.include", test)
     if not models:
         for item in items:
@@ -116,6 +116,13 @@ def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[dict]:
                "description": f"v2 model-ops config {f.path.name}"}
         for item in items:
             yield from _case(f, f.mapping(item, OP_KEYS, "edits.ops.include[]", test), model, rules)
+
+
+def _edits(f: _File, test: dict) -> tuple[dict, dict]:
+    """A test's ``edits.ops`` and ``edits.dtypes`` (checked)."""
+    edits = f.mapping(test.get("edits"), EDIT_KEYS, "edits", test)
+    return (f.mapping(edits.get("ops"), ("include", "exclude"), "edits.ops", test),
+            f.mapping(edits.get("dtypes"), ("include", "exclude"), "edits.dtypes", test))
 
 
 def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dict]:
@@ -137,7 +144,9 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
         yield {"type": "skipped", "where": where, "op": op, "reason": str(e)}
         return
     except ValueError as e:
-        raise InputError(str(e), where=where, case=_numbered(op, item.get("tags"))) from None
+        line = getattr(e, "line", None)
+        raise InputError(str(e), where=f"{f.path}:{line}" if line else where,
+                         case=_numbered(op, item.get("tags"))) from None
     tags = [str(t) for t in f.seq(item.get("tags"), "tags", item)]
     name = _numbered(op, tags)
     case = {"name": name, "op": op, "inputs": inputs, "attrs": attrs,
@@ -170,6 +179,14 @@ def _refused(op: str) -> str | None:
 class _AnyKey(tuple):
     def __contains__(self, key) -> bool:
         return True
+
+
+class _Bad(ValueError):
+    """A bad input spec, with the line of the mapping it is in."""
+
+    def __init__(self, message: str, obj=None):
+        super().__init__(message)
+        self.line = getattr(obj, "line", None)
 
 
 class _Opaque(ValueError):
@@ -230,7 +247,7 @@ def _arg(a: Any, label: str) -> dict:
         raise ValueError(f"{label}: each args element is a mapping with one of {', '.join(ARG_KINDS)}")
     kind = next((k for k in ARG_KINDS if k in a), None)
     if kind is None:
-        raise ValueError(f"{label}: " + _unknown(next(iter(a)), ARG_KINDS))
+        raise _Bad(f"{label}: " + _unknown(next(iter(a)), ARG_KINDS), a)
     if kind in ("cache", "module_path", "config_path", "model_id"):
         raise _Opaque(f"{label}: a {kind} input (an HF cache, module or config object) is not a tensor casedb "
                       "can store")
@@ -284,7 +301,7 @@ def tensor(spec: Any, label: str) -> dict:
         raise ValueError(f"{label}: a tensor spec is a mapping with shape and dtype")
     for k in spec:
         if k not in TENSOR_KEYS:
-            raise ValueError(f"{label}: " + _unknown(k, TENSOR_KEYS))
+            raise _Bad(f"{label}: " + _unknown(k, TENSOR_KEYS), spec)
     if "shape" not in spec or "dtype" not in spec:
         raise ValueError(f"{label}: a tensor spec needs shape and dtype")
     shape = spec["shape"]
@@ -299,7 +316,7 @@ def tensor(spec: Any, label: str) -> dict:
         raise ValueError(f"{label}: init_args must be a mapping")
     for k in init_args:
         if k not in INIT_ARG_KEYS:
-            raise ValueError(f"{label}: init_args: " + _unknown(k, INIT_ARG_KEYS))
+            raise _Bad(f"{label}: init_args: " + _unknown(k, INIT_ARG_KEYS), init_args)
     init = spec.get("init") or "rand"
     if init not in INITS:
         raise ValueError(f"{label}: unknown init {init!r} (known: {', '.join(INITS)})")
@@ -404,28 +421,32 @@ class _Judgement:
         except dtypes.UnknownDtype as e:
             raise InputError(str(e), where=self.f.where(d)) from None
 
-    def test_rules(self, test: dict, mode: str, exclude, dts: dict) -> "_TestRules":
+    def excludes(self, tests: list) -> None:
+        """The edits of a file's tests: every entry is the one method test_model_ops_db, so an op or
+        dtype one entry excludes (or includes) is excluded (included) for the cases of all."""
         f = self.f
-        ops = [str(f.mapping(e, ("name", "description"), "edits.ops.exclude[]", test).get("name"))
-               for e in f.seq(exclude, "edits.ops.exclude", test)]
-        dropped = {self.dtype_name(f.mapping(e, ("name", "description"), "edits.dtypes.exclude[]", test))
-                   for e in f.seq(dts.get("exclude"), "edits.dtypes.exclude", test)}
-        added = {self.dtype_name(f.mapping(e, DTYPE_KEYS, "edits.dtypes.include[]", test))
-                 for e in f.seq(dts.get("include"), "edits.dtypes.include", test)}
-        return _TestRules(self, mode, f"{f.path.name}:{getattr(test, 'line', '?')}", ops, dropped, added)
+        self.ops, self.dropped, self.added = [], {}, set()
+        for test in tests:
+            ops, dts = _edits(f, test)
+            where = f"{f.path.name}:{getattr(test, 'line', '?')}"
+            self.ops += [(str(f.mapping(e, ("name", "description"), "edits.ops.exclude[]", test).get("name")), where)
+                         for e in f.seq(ops.get("exclude"), "edits.ops.exclude", test)]
+            for e in f.seq(dts.get("exclude"), "edits.dtypes.exclude", test):
+                self.dropped[self.dtype_name(f.mapping(e, ("name", "description"), "edits.dtypes.exclude[]", test))] = where
+            self.added |= {self.dtype_name(f.mapping(e, DTYPE_KEYS, "edits.dtypes.include[]", test))
+                           for e in f.seq(dts.get("include"), "edits.dtypes.include", test)}
 
 
 class _TestRules:
-    def __init__(self, judge: _Judgement, mode: str, where: str, ops: list, dropped: set, added: set):
+    def __init__(self, judge: _Judgement, mode: str, where: str):
         self.judge, self.mode, self.where = judge, mode, where
-        self.ops, self.dropped, self.added = ops, dropped, added
 
     def judgement(self, op: str, dtype: str) -> dict:
         """The case fields their runner's decisions become: tolerances, skip_if, xfail_if."""
         out = dict(self.judge.precision.get(dtype, {}))
         skip = self.skip_reason(op, dtype)
         if skip:
-            out["skip_if"] = [{"expr": "True", "reason": f"{skip} ({self.where})"}]
+            out["skip_if"] = [{"expr": "True", "reason": skip}]
         elif self.mode in ("xfail", "xfail_strict"):
             # their mode judges their device run; the CPU eager run is their reference, not xfailed
             out["xfail_if"] = XFAIL_IF
@@ -433,16 +454,17 @@ class _TestRules:
         return out
 
     def skip_reason(self, op: str, dtype: str) -> str | None:
+        j = self.judge
         if self.mode == "skip":
-            return "mode: skip"
-        if dtype in self.dropped:
-            return f"edits.dtypes.exclude: {dtype}"
-        if self.judge.supported and dtype not in self.judge.supported | self.added:
-            return f"{dtype} is not in global.supported_dtypes"
+            return f"mode: skip ({self.where})"
+        if dtype in j.dropped:
+            return f"edits.dtypes.exclude: {dtype} ({j.dropped[dtype]})"
+        if j.supported and dtype not in j.supported | j.added:
+            return f"{dtype} is not in global.supported_dtypes ({self.where})"
         method = op.replace(".", "_") + "__"
-        for name in self.ops:
+        for name, where in j.ops:
             if name == op or method == name or method.startswith(name + "_"):
-                return f"edits.ops.exclude: {name}"
+                return f"edits.ops.exclude: {name} ({where})"
         return None
 
 

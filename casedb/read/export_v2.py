@@ -29,6 +29,7 @@ from importers import model_ops_v2
 
 RUNNER_PATH = "${TORCH_DEVICE_ROOT}/tests/models/test_model_ops_v2.py"
 TEST_NAME = "TestSpyreModelOps::test_model_ops_db"
+THEIR_MARKS = ("constant", "fp32operation", "bf16operation")
 
 
 class _V2Writer(_Writer):
@@ -180,7 +181,10 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
         description, extra = _split_description(occ["description"])
         if description:
             item["description"] = description
-        item["tags"] = [t for t in (occ["own_marks"] or []) + extra if t != tag] + [tag]
+        # their per-op marks among casedb's derived ones (recomputed on import), then the case's own
+        marks = [x for x in occ["derived_marks"] or [] if x in THEIR_MARKS]
+        marks += [x for x in occ["own_marks"] or [] if x not in marks]
+        item["tags"] = [t for t in marks + extra if t != tag] + [tag]
         if occ["seed"] is not None:
             notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
         _precision(precision, model_ops_v2._variant_dtype(args), occ, writer.case, notes)
