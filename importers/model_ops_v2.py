@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from casedb.cases import dtypes
+from casedb.cases.presets import contiguous_strides
 from casedb.errors import InputError
 from importers import yaml_manifest
 
@@ -146,9 +147,9 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
     except ValueError as e:
         line = getattr(e, "line", None)
         raise InputError(str(e), where=f"{f.path}:{line}" if line else where,
-                         case=_numbered(op, item.get("tags"))) from None
+                         case=numbered_tag(op, item.get("tags"))) from None
     tags = [str(t) for t in f.seq(item.get("tags"), "tags", item)]
-    name = _numbered(op, tags)
+    name = numbered_tag(op, tags)
     case = {"name": name, "op": op, "inputs": inputs, "attrs": attrs,
             "marks": [t for t in tags if t != name and re.fullmatch(r"[A-Za-z_]\w*", t)]}
     other = [t for t in tags if t != name and t not in case["marks"]]
@@ -157,7 +158,7 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
         text = (f"{text}\n" if text else "") + "v2 tags: " + " ".join(other)
     if text is not None:
         case["description"] = str(text)
-    variant = _variant_dtype(args)
+    variant = variant_dtype(args)
     case.update(rules.judgement(op, variant))
     yield {"type": "case", "model": model, "case": case, "where": where,
            "their_key": (op, repr(_their_args(args)), repr(dict(kwargs)), variant)}
@@ -193,13 +194,13 @@ class _Opaque(ValueError):
     """An input casedb cannot represent (an HF cache, module or config object)."""
 
 
-def _numbered(op: str, tags) -> str | None:
+def numbered_tag(op: str, tags) -> str | None:
     """The item's identity tag ``<op>.<n>`` (``<op>.<n>_spyre``), None without one."""
     pattern = re.compile(re.escape(op) + r"\.\d+(_\w+)?")
     return next((str(t) for t in tags or () if pattern.fullmatch(str(t))), None)
 
 
-def _variant_dtype(args: list) -> str:
+def variant_dtype(args: list) -> str:
     """The dtype their runner files a case under: its first positional tensor's (or first list
     element's), float16 when the first argument is no tensor."""
     first = args[0] if args and isinstance(args[0], dict) else {}
@@ -284,14 +285,6 @@ def _unknown(key, allowed) -> str:
     close = difflib.get_close_matches(str(key), list(allowed), n=1)
     return f"unknown key {key!r}" + (f" — did you mean {close[0]!r}?" if close else "") + \
         f" (allowed: {', '.join(allowed)})"
-
-
-def contiguous_strides(shape: list) -> list:
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= max(int(n), 1)
-    return out[::-1]
 
 
 def tensor(spec: Any, label: str) -> dict:
@@ -432,7 +425,8 @@ class _Judgement:
             self.ops += [(str(f.mapping(e, ("name", "description"), "edits.ops.exclude[]", test).get("name")), where)
                          for e in f.seq(ops.get("exclude"), "edits.ops.exclude", test)]
             for e in f.seq(dts.get("exclude"), "edits.dtypes.exclude", test):
-                self.dropped[self.dtype_name(f.mapping(e, ("name", "description"), "edits.dtypes.exclude[]", test))] = where
+                e = f.mapping(e, ("name", "description"), "edits.dtypes.exclude[]", test)
+                self.dropped[self.dtype_name(e)] = where
             self.added |= {self.dtype_name(f.mapping(e, DTYPE_KEYS, "edits.dtypes.include[]", test))
                            for e in f.seq(dts.get("include"), "edits.dtypes.include", test)}
 

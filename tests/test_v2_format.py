@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from casedb.cases import materialize, ops
+from casedb.cases import materialize, ops, presets
 from casedb.store.database import Store
 from importers import model_ops_v2
 from tests.conftest import rows, sha256_of
@@ -53,8 +53,9 @@ def test_v2_config_imports_every_input_kind(cli, db_path):
         "attrs": {}, "rtol": 0.002, "atol": 0.001, "xfail": None, "skip_if": None, "own_marks": [],
         "description": "toy.py#L2 in forward, code: x.t() * 0.5"}
     # the tag `constant` is one of casedb's derived marks: kept with the case, not as the model's own
-    assert "constant" in json.loads(rows(db_path, "SELECT c.marks FROM cases c JOIN model_cases mc ON "
-                                                  "mc.signature = c.signature WHERE mc.name = 'torch.mul.1'")[0]["marks"])
+    derived = rows(db_path, "SELECT c.marks FROM cases c JOIN model_cases mc ON mc.signature = c.signature "
+                            "WHERE mc.name = 'torch.mul.1'")[0]["marks"]
+    assert "constant" in json.loads(derived)
     assert got["torch.sub.1"]["inputs"] == [{"tensor": {
         "shape": [1, 1, 4], "dtype": "float32", "init": "rand",
         "device_layout": {"device_size": [1, 1, 64], "stride_map": [64, -1, 1], "device_dtype": "float16"}}}]
@@ -66,7 +67,8 @@ def test_v2_config_imports_every_input_kind(cli, db_path):
     assert (got["torch.cat.1"]["rtol"], got["torch.cat.1"]["atol"]) == (0.02, 0.01)  # float16's precision
     assert got["torch.getitem.1"]["inputs"][1] == {"py": "(slice(None, None, None), 0)"}
     assert got["torch.Tensor.to.1"]["inputs"][1] == {"value": "torch.float16"}
-    assert json.loads(rows(db_path, "SELECT defaults FROM models WHERE name = 'toy-v2'")[0]["defaults"]) == {"seed": 123}
+    defaults = rows(db_path, "SELECT defaults FROM models WHERE name = 'toy-v2'")[0]["defaults"]
+    assert json.loads(defaults) == {"seed": 123}
 
 
 def test_v2_fixture_runs_eager_on_cpu_without_failures(cli, db_path, tmp_path):
@@ -117,7 +119,7 @@ def test_their_integer_rand_is_zeros_and_bad_inits_are_refused():
 ])
 def test_bad_init_is_refused_with_file_and_line(cli, db_path, tmp_path, init, args, shape, message):
     text = TOY.read_text().replace("init: xavier", f"init: {init}").replace("shape: [50, 8]", f"shape: {shape}")
-    text = text.replace("stride: [8, 1]", f"stride: {model_ops_v2.contiguous_strides(shape)}")
+    text = text.replace("stride: [8, 1]", f"stride: {presets.contiguous_strides(shape)}")
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     r = cli("import", bad)
@@ -273,9 +275,9 @@ def test_exported_shipped_model_is_a_valid_v2_file(cli, db_path, tmp_path):
     tensors = [t for t in tensors if t]
     assert all(set(t) <= set(model_ops_v2.TENSOR_KEYS) and "stride" in t and t["dtype"].startswith("torch.")
                for t in tensors)
-    tags = [next(t for t in i["tags"] if model_ops_v2._numbered(i["name"], [t])) for i in items]
+    tags = [next(t for t in i["tags"] if model_ops_v2.numbered_tag(i["name"], [t])) for i in items]
     assert len(tags) == len(set(tags)) == len(items) == 959
-    used = {model_ops_v2._variant_dtype(i["sample_inputs_func"]["args"]) for i in items}
+    used = {model_ops_v2.variant_dtype(i["sample_inputs_func"]["args"]) for i in items}
     assert used <= {d["name"] for d in doc["test_suite_config"]["global"]["supported_dtypes"]}
     data = cli.json("import", out, "--dry-run", db=tmp_path / "back.db")
     assert data["files"][0]["records"] == 959 and data["files"][0]["skipped"] == 0

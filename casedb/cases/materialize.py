@@ -18,10 +18,10 @@ Generation is split from placement so one generation serves the reference and th
 Init kinds: ``rand`` [0, 1); ``randn`` (``mean`` 0, ``std`` 1); ``uniform`` [``low``, ``high``)
 (0, 1); ``randint`` [``low``, ``high``) (0, 10); ``arange`` (``start`` 0, ``step`` 1, row-major
 over the shape); ``zeros``; ``ones``; ``full`` (``fill_value``); ``eye`` (square 2-d); ``xavier``
-(Glorot uniform); ``cumsum_offsets`` (``total`` rows in ``shape[0]`` groups, cumulated); ``data`` (``blob``: raw little-endian bytes of the
-contiguous tensor, from ``load_blob(sha)``). Bool tensors with a random init are 50 % True
-(``randint`` honours its bounds); integer tensors with ``rand``/``randn`` use ``randint`` [0, 10)
-and with ``uniform`` use ``randint`` over [low, high).
+(Glorot uniform); ``cumsum_offsets`` (``total`` rows in ``shape[0]`` groups, cumulated); ``data``
+(``blob``: raw little-endian bytes of the contiguous tensor, from ``load_blob(sha)``). Bool tensors
+with a random init are 50 % True (``randint`` honours its bounds); integer tensors with
+``rand``/``randn`` use ``randint`` [0, 10) and with ``uniform`` use ``randint`` over [low, high).
 """
 
 from __future__ import annotations

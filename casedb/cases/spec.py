@@ -444,7 +444,8 @@ def _init_problem(init: str, shape: list, args: dict) -> str | None:
     if init == "cumsum_offsets":
         total = args.get("total")
         if isinstance(total, bool) or not isinstance(total, int) or total < 0 or len(shape) != 1:
-            return f"init 'cumsum_offsets' needs a 1-d shape and init_args.total, an integer >= 0 (got {shape}, {total!r})"
+            return (f"init 'cumsum_offsets' needs a 1-d shape and init_args.total, an integer >= 0 "
+                    f"(got {shape}, {total!r})")
     return None
 
 

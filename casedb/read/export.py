@@ -105,6 +105,8 @@ class _Writer:
                 out["init_args"] = args
         if t["dtype"] != case_dtype:
             out["dtype"] = dtypes.short(t["dtype"])
+        if t.get("device_layout"):
+            out["device_layout"] = t["device_layout"]
         if t.get("preset"):
             out["preset"] = t["preset"]
             if t.get("preset_args"):

@@ -22,7 +22,7 @@ from typing import IO
 
 import yaml
 
-from casedb.cases import dtypes
+from casedb.cases import dtypes, presets
 from casedb.read.export import _Dumper, _Writer, _value
 from casedb.store.database import Store
 from importers import model_ops_v2
@@ -40,7 +40,7 @@ class _V2Writer(_Writer):
 
     def v2_tensor(self, t: dict) -> dict:
         out: dict = {"shape": list(t["shape"])}
-        stride, offset = _layout(t)
+        stride, offset = presets.layout(t)
         out.update(stride=stride, storage_offset=offset, dtype=f"torch.{t['dtype']}")
         out.update(self.v2_init(t))
         if t.get("device_layout"):
@@ -53,7 +53,8 @@ class _V2Writer(_Writer):
         if "blob" in t:
             return {"init": "file", "init_args": {"path": self.file(t)}}
         if init == "uniform" or (init == "randint" and not floating):
-            low, high = args.get("low", 0 if init == "randint" else 0.0), args.get("high", 10 if init == "randint" else 1.0)
+            low = args.get("low", 0 if init == "randint" else 0.0)
+            high = args.get("high", 10 if init == "randint" else 1.0)
             if init == "randint" and dtype == "bool":
                 return {"init": "rand"}
             if float(low) != int(low) or float(high) != int(high) or (init == "uniform" and not floating):
@@ -113,23 +114,6 @@ class _V2Writer(_Writer):
         return super().file(f)
 
 
-def _layout(t: dict) -> tuple[list, int]:
-    """The strides and storage offset the tensor is run with (its layout preset's, applied to a
-    meta tensor; contiguous without one)."""
-    shape = list(t["shape"])
-    preset, args = t.get("preset"), t.get("preset_args") or {}
-    if preset == "strided":
-        return list(args["stride"]), int(args.get("storage_offset", 0))
-    if preset:
-        import torch
-
-        from casedb.cases.presets import PRESETS
-
-        view = PRESETS[preset].fn(torch.empty(shape, device="meta"), **args)
-        return list(view.stride()), int(view.storage_offset())
-    return model_ops_v2.contiguous_strides(shape), 0
-
-
 _NUMBERED = re.compile(r"(?P<op>.+)\.(?P<n>\d+)(_\w+)?")
 
 
@@ -187,7 +171,7 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
         item["tags"] = [t for t in marks + extra if t != tag] + [tag]
         if occ["seed"] is not None:
             notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
-        _precision(precision, model_ops_v2._variant_dtype(args), occ, writer.case, notes)
+        _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
         tests.setdefault(_mode(occ), []).append(item)
     glob: dict = {"supported_dtypes": [{"name": d, **({"precision": p} if p else {})}
                                        for d, p in sorted(precision.items())]}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 
-from casedb.cases import dtypes
+from casedb.cases import dtypes, presets
 
 _FACTORIES = {"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.rand", "torch.randn",
               "torch.sym_sum"}
@@ -39,20 +39,6 @@ def _text(values) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
 
 
-def _strides(t: dict) -> list[int]:
-    from importers.model_ops_v2 import contiguous_strides
-
-    if t.get("preset") == "strided":
-        return list(t["preset_args"]["stride"])
-    if t.get("preset"):
-        import torch
-
-        from casedb.cases.presets import PRESETS
-
-        return list(PRESETS[t["preset"]].fn(torch.empty(t["shape"], device="meta"), **t.get("preset_args", {})).stride())
-    return contiguous_strides(t["shape"])
-
-
 def signature(op: str, inputs: list) -> dict:
     """``{input_shapes, input_dtypes, input_strides}`` of a case's positional inputs, their way."""
     shapes, types, strides, values = [], [], [], []
@@ -61,7 +47,7 @@ def signature(op: str, inputs: list) -> dict:
             if t and t.get("shape"):
                 shapes.append(_text(t["shape"]))
                 types.append("torch." + dtypes.canonical(t["dtype"]))
-                strides.append(_text(_strides(t)))
+                strides.append(_text(presets.layout(t)[0]))
         v = item.get("value")
         if op in _FACTORIES and isinstance(v, list) and v and all(isinstance(x, int) for x in v):
             shapes.append(_text(v))
