@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from casedb.cases import dtypes
+from casedb.cases.marks import is_mark_name
 from casedb.cases.presets import contiguous_strides
 from casedb.errors import InputError
 from importers import yaml_manifest
@@ -137,7 +138,9 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
         return
     sample = f.mapping(item.get("sample_inputs_func"), ("args", "kwargs"), "sample_inputs_func", item)
     args = f.seq(sample.get("args"), "sample_inputs_func.args", item)
-    kwargs = f.mapping(sample.get("kwargs"), _AnyKey(), "sample_inputs_func.kwargs", item)
+    kwargs = sample.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise InputError(f"sample_inputs_func.kwargs must be a mapping, not {str(kwargs)[:60]!r}", where=where)
     try:
         inputs = [_arg(a, f"args[{i}]") for i, a in enumerate(args)]
         attrs = {str(k): _kwarg(v, f"kwargs.{k}") for k, v in kwargs.items()}
@@ -151,7 +154,7 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
     tags = [str(t) for t in f.seq(item.get("tags"), "tags", item)]
     name = numbered_tag(op, tags)
     case = {"name": name, "op": op, "inputs": inputs, "attrs": attrs,
-            "marks": [t for t in tags if t != name and re.fullmatch(r"[A-Za-z_]\w*", t)]}
+            "marks": [t for t in tags if t != name and is_mark_name(t)]}
     other = [t for t in tags if t != name and t not in case["marks"]]
     text = item.get("description")
     if other:
@@ -175,11 +178,6 @@ def _refused(op: str) -> str | None:
     except UnsafeOpError as e:
         return str(e)
     return None
-
-
-class _AnyKey(tuple):
-    def __contains__(self, key) -> bool:
-        return True
 
 
 class _Bad(ValueError):
