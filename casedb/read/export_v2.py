@@ -139,10 +139,20 @@ def _numbered_tags(occs: list) -> list[str]:
     return out
 
 
-def _mode(occ: dict) -> str:
-    if any(s.get("expr") == "True" for s in occ.get("skip_if") or ()):
+def _mode(occ: dict, case: str, notes: list) -> str:
+    """The v2 mode of a case's judgement (a mode is unconditional: conditions are noted)."""
+    skips = occ.get("skip_if") or ()
+    if any(s.get("expr") == "True" for s in skips):
         return "skip"
-    return "xfail" if occ.get("xfail") else "mandatory_success"
+    for s in skips:
+        notes.append(f"{case}: skip_if {s['expr']!r} not written (a v2 mode has no condition)")
+    if occ.get("expects_error"):
+        notes.append(f"{case}: expects_error not written (v2 has no expected errors)")
+    if not occ.get("xfail"):
+        return "mandatory_success"
+    if occ["xfail"]["expr"] not in ("True", model_ops_v2.XFAIL_IF):
+        notes.append(f"{case}: xfail_if {occ['xfail']['expr']!r} written as mode: xfail")
+    return "xfail"
 
 
 def config(store: Store, model: str, out_path: Path | None = None, notes: list | None = None) -> dict:
@@ -172,7 +182,7 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
         if occ["seed"] is not None:
             notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
         _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
-        tests.setdefault(_mode(occ), []).append(item)
+        tests.setdefault(_mode(occ, writer.case, notes), []).append(item)
     glob: dict = {"supported_dtypes": [{"name": d, **({"precision": p} if p else {})}
                                        for d, p in sorted(precision.items())]}
     if defaults.get("seed") is not None:
