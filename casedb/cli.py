@@ -121,6 +121,8 @@ def import_cmd(
         console.print(f"--replace: {report.removed} case(s) no longer imported were removed; {report.retired} that "
                       "runs have judged were retired (kept for history, no longer listed or run)", highlight=False)
     for f in report.files:
+        if f.their_dedupe:
+            console.print(_their_dedupe_line(f.path, f.their_dedupe), highlight=False, soft_wrap=True)
         for w in f.warnings:
             err_console.print(f"warning: {w['where']}: case {w['case']!r}: {w['problem']}", highlight=False,
                               soft_wrap=True)
@@ -128,6 +130,19 @@ def import_cmd(
             err_console.print(f"skipped {s.get('where')}: {s.get('op')}: {s.get('reason')}", highlight=False)
         if len(f.skipped_reasons) > 20:
             err_console.print(f"... and {len(f.skipped_reasons) - 20} more skipped in {f.path} (see --json)")
+
+
+def _write_v2(store, model, f, notes) -> int:
+    from casedb.read import export_v2
+
+    return export_v2.write(store, model, f, notes=notes)
+
+
+def _their_dedupe_line(path: str, d: dict) -> str:
+    lines = [f"{path}: {d['theirs']} unique by their runner's dedupe (op, repr(args), repr(kwargs), dtype), "
+             f"{d['ours']} by casedb's signatures"]
+    lines += [f"  {why}" for why in d["disagree"]]
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------- listing
@@ -237,14 +252,15 @@ def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readab
 def export_cmd(
     model: str = typer.Option(..., "--model", help="Model to export."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="File to write (default: stdout)."),
-    format: str = typer.Option("yaml", "--format", help="yaml (RFC-0186 manifest) or oplog (operator_inp_logs)."),
+    format: str = typer.Option("yaml", "--format", help="yaml (RFC-0186 manifest), spyre-v2 (the RFC implementation's "
+                                                        "v2 model-ops config) or oplog (operator_inp_logs)."),
 ):
-    """Write a model's cases as an RFC YAML manifest (or an operator_inp_logs file)."""
+    """Write a model's cases as an RFC YAML manifest (or a v2 model-ops config, or an operator_inp_logs file)."""
     from casedb.read import export
 
     try:
-        if format not in ("yaml", "oplog"):
-            fail(f"--format must be yaml or oplog, not {format!r}")
+        if format not in ("yaml", "oplog", "spyre-v2"):
+            fail(f"--format must be yaml, spyre-v2 or oplog, not {format!r}")
         with open_db() as store:
             left_out: list = []
             if output:
@@ -252,11 +268,15 @@ def export_cmd(
             else:
                 with _stdout() as f:
                     n = (export.write_yaml(store, model, f) if format == "yaml"
+                         else _write_v2(store, model, f, left_out) if format == "spyre-v2"
                          else export.write_oplog(store, model, f, skipped=left_out))
     except (CasedbError, ValueError) as e:
         fail(e)
     for s in left_out:
-        err_console.print(f"not written (oplog cannot express it): {s['case']}: {s['reason']}", highlight=False)
+        if isinstance(s, str):  # spyre-v2: what the format cannot say exactly
+            err_console.print(f"note: {s}", highlight=False, soft_wrap=True)
+        else:
+            err_console.print(f"not written (oplog cannot express it): {s['case']}: {s['reason']}", highlight=False)
     if output:
         err_console.print(f"wrote {n} cases to {output}")
 

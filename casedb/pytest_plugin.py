@@ -875,6 +875,9 @@ def test_model_op(casedb_case, request):
         pytest.fail(str(e), pytrace=False)
     payload = execute_item(casedb_case, target, worker.store().load_blob, rules=worker.rules(), triage=worker.triage)
     request.node.user_properties.append(("casedb", json.dumps(payload, default=str)))
+    from casedb.run.junit import capability_properties  # the RFC runner's JUnit properties (--junitxml)
+
+    request.node.user_properties += capability_properties(casedb_case, str(target.device), payload["outcome"])
     outcome = payload["outcome"]
     if outcome in UNEXPECTED:
         pytest.fail(failure_message(payload), pytrace=False)

@@ -11,6 +11,7 @@ from importers.files import read_head
 # name -> module; each module may define sniff(path, head: str) -> bool
 FORMATS = {
     "yaml": "importers.yaml_manifest",
+    "spyre-v2": "importers.model_ops_v2",
     "scan": "importers.scan_jsonl",
     "kineto": "importers.kineto",
     "et": "importers.execution_trace",
@@ -37,9 +38,9 @@ def module(name: str):
 def detect(path: Path) -> str:
     """Name of the format of `path`, from its suffix and first bytes."""
     name = path.name.lower()
-    if name.endswith((".yaml", ".yml")):
-        return "yaml"
     head = read_head(path).decode("utf-8", errors="replace")
+    if name.endswith((".yaml", ".yml")):
+        return "spyre-v2" if module("spyre-v2").sniff(path, head) else "yaml"
     stripped = head.lstrip()
     if name.endswith(".jsonl") or stripped.startswith('{"casedb_scan"'):
         return "scan"

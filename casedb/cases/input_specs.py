@@ -17,10 +17,12 @@ from casedb.errors import InputError
 from casedb.names import unknown_key_message
 
 INPUT_KINDS = ("tensor", "value", "py", "tensor_list", "file")
-TENSOR_KEYS = ("shape", "init", "init_args", "dtype", "preset", "preset_args", "data")
-INITS = ("rand", "randn", "zeros", "ones", "arange", "randint", "uniform", "data")
+TENSOR_KEYS = ("shape", "init", "init_args", "dtype", "preset", "preset_args", "data", "device_layout")
+INITS = ("rand", "randn", "zeros", "ones", "arange", "randint", "uniform", "data", "full", "eye", "xavier",
+         "cumsum_offsets")
 INIT_ARGS = {"randint": ("low", "high"), "uniform": ("low", "high"), "arange": ("start", "step"),
-             "randn": ("mean", "std"), "rand": (), "zeros": (), "ones": (), "data": ("data",)}
+             "randn": ("mean", "std"), "rand": (), "zeros": (), "ones": (), "data": ("data",),
+             "full": ("fill_value",), "eye": (), "xavier": (), "cumsum_offsets": ("total",)}
 
 # Bounds on what one case may hold (a few bytes of manifest must not cost gigabytes downstream):
 # a _foreach op over every parameter of a large model lists a few thousand tensors; torch's
@@ -48,6 +50,8 @@ def read_input(item: Any, ctx: InputContext, label: str) -> dict:
     kind, body = next(iter(item.items()))
     if kind not in INPUT_KINDS:
         raise ValueError(f"{label}: " + unknown_key_message(kind, INPUT_KINDS))
+    if kind == "tensor" and isinstance(body, list):
+        kind = "tensor_list"  # the RFC implementation's loader reads `tensor: [specs]` as a list of tensors
     if kind == "tensor":
         return {"tensor": _tensor(body, ctx, label)}
     if kind == "tensor_list":
@@ -61,6 +65,10 @@ def read_input(item: Any, ctx: InputContext, label: str) -> dict:
         return value_item(body, label)
     if kind == "py":
         return {"py": safe_eval.canonical_py(body)}
+    if isinstance(body, dict) and body.get("as") == "data":
+        # a tensor spec whose values a file holds (the RFC implementation's init: file): a data tensor
+        f = _file(body, ctx, label)
+        return {"tensor": {"shape": f["shape"], "dtype": f["dtype"], "init": "data", "blob": f["blob"]}}
     return {"file": _file(body, ctx, label)}
 
 
@@ -184,8 +192,13 @@ def _tensor(spec: Any, ctx: InputContext, label: str) -> dict:
         elif init == "uniform":
             args.setdefault("low", 0.0)
             args.setdefault("high", 1.0)
+        problem = _init_problem(init, out["shape"], args)
+        if problem:
+            raise ValueError(f"{label}: {problem}")
         if args:
             out["init_args"] = args
+    if spec.get("device_layout") is not None:
+        out["device_layout"] = _device_layout(spec["device_layout"], label)
     preset = spec.get("preset")
     if preset is not None:
         pargs = spec.get("preset_args") or {}
@@ -200,6 +213,37 @@ def _tensor(spec: Any, ctx: InputContext, label: str) -> dict:
     elif spec.get("preset_args"):
         raise ValueError(f"{label}: preset_args given without a preset")
     return out
+
+
+def _init_problem(init: str, shape: list, args: dict) -> str | None:
+    """What is wrong with an init's arguments for this shape (the inits that need some), else None."""
+    if init == "full" and "fill_value" not in args:
+        return "init 'full' needs init_args.fill_value"
+    if init == "eye" and (len(shape) != 2 or shape[0] != shape[1]):
+        return f"init 'eye' needs a square 2-d shape, got {shape}"
+    if init == "xavier" and len(shape) < 2:
+        return f"init 'xavier' needs at least 2 dimensions (fan in and out), got {shape}"
+    if init == "cumsum_offsets":
+        total = args.get("total")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0 or len(shape) != 1:
+            return (f"init 'cumsum_offsets' needs a 1-d shape and init_args.total, an integer >= 0 "
+                    f"(got {shape}, {total!r})")
+    return None
+
+
+def _device_layout(v: Any, label: str) -> dict:
+    """A device backend's layout of the tensor (the RFC implementation's ``device_layout``): kept with
+    it and handed to the target (casedb.cases.materialize.DEVICE_LAYOUT_HOOKS); the CPU ignores it."""
+    if not isinstance(v, dict) or set(v) != {"device_size", "stride_map", "device_dtype"}:
+        raise ValueError(f"{label}: device_layout is {{device_size: [int], stride_map: [int], device_dtype: str}}")
+    size, smap = v["device_size"], v["stride_map"]
+    for key, xs in (("device_size", size), ("stride_map", smap)):
+        if not isinstance(xs, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in xs):
+            raise ValueError(f"{label}: device_layout.{key} must be a list of integers, got {xs!r}")
+    if len(size) != len(smap) or not isinstance(v["device_dtype"], str):
+        raise ValueError(f"{label}: device_layout needs device_size and stride_map of one length and a "
+                         "device_dtype name")
+    return {"device_size": size, "stride_map": smap, "device_dtype": v["device_dtype"]}
 
 
 def _number(v, label):
@@ -241,7 +285,8 @@ def _file(body, ctx: InputContext, label: str) -> dict:
 
     path_text = body.get("path") if isinstance(body, dict) else body
     if not isinstance(path_text, str) or not path_text.strip():
-        raise ValueError(f"{label}: file: takes a path to a .pt file relative to the manifest")
+        raise ValueError(f"{label}: file: takes a path to a .pt, .npy or .safetensors file relative to the manifest")
+    key = body.get("key") if isinstance(body, dict) else None
     base = Path(ctx.base_dir) if ctx.base_dir is not None else Path.cwd()
     path = Path(path_text)
     if not path.is_absolute():
@@ -261,7 +306,7 @@ def _file(body, ctx: InputContext, label: str) -> dict:
         raise ValueError(f"{label}: file {path_text!r} {e.message}") from None
     with f:
         try:
-            t = _load_tensor(f, torch)
+            t = _load_keyed(f, path, key, torch)
         except ValueError as e:
             raise ValueError(f"{label}: cannot load {path_text!r} as a tensor: {e}") from None
         except Exception as e:  # torch raises many types for a bad file
@@ -272,7 +317,35 @@ def _file(body, ctx: InputContext, label: str) -> dict:
         raise ValueError(f"{label}: {path_text!r} holds a tensor of {t.numel() * t.element_size():,} bytes, over "
                          f"the {cap:,}-byte limit on one input (casedb import --max-input-mb)")
     dtype = str(t.dtype).replace("torch.", "")
+    want = (body.get("shape"), body.get("dtype")) if isinstance(body, dict) else (None, None)
+    if want[0] is not None and (list(want[0]) != list(t.shape) or dtypes.canonical(want[1] or dtype) != dtype):
+        raise ValueError(f"{label}: {path_text!r} holds a {dtype} tensor of shape {list(t.shape)}, but the "
+                         f"spec says {want[1]} {list(want[0])}")
     return {"blob": _store_blob(t, ctx), "shape": _shape(list(t.shape), label), "dtype": dtype, "path": path_text}
+
+
+def _load_keyed(f, path: Path, key, torch):
+    """The tensor of a .npy (no pickles), .safetensors or torch.save file; ``key`` picks one
+    from a file holding several (a safetensors file or a saved dict)."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        import numpy
+
+        return torch.from_numpy(numpy.load(f, allow_pickle=False).copy())
+    if suffix == ".safetensors":
+        from safetensors.torch import load
+
+        found = load(f.read())
+    else:
+        found = _load_tensor(f, torch)
+    if not isinstance(found, dict):
+        return found
+    if key is None and len(found) == 1:
+        key = next(iter(found))
+    if key not in found:
+        raise ValueError(f"it holds {len(found)} tensors ({', '.join(map(str, list(found)[:8]))}); name one with "
+                         "init_args.key" if key is None else f"it has no tensor {key!r}")
+    return found[key]
 
 
 def _load_tensor(f, torch):

@@ -17,10 +17,11 @@ Generation is split from placement so one generation serves the reference and th
 
 Init kinds: ``rand`` [0, 1); ``randn`` (``mean`` 0, ``std`` 1); ``uniform`` [``low``, ``high``)
 (0, 1); ``randint`` [``low``, ``high``) (0, 10); ``arange`` (``start`` 0, ``step`` 1, row-major
-over the shape); ``zeros``; ``ones``; ``data`` (``blob``: raw little-endian bytes of the
-contiguous tensor, from ``load_blob(sha)``). Bool tensors with a random init are 50 % True
-(``randint`` honours its bounds); integer tensors with ``rand``/``randn`` use ``randint`` [0, 10)
-and with ``uniform`` use ``randint`` over [low, high).
+over the shape); ``zeros``; ``ones``; ``full`` (``fill_value``); ``eye`` (square 2-d); ``xavier``
+(Glorot uniform); ``cumsum_offsets`` (``total`` rows in ``shape[0]`` groups, cumulated); ``data``
+(``blob``: raw little-endian bytes of the contiguous tensor, from ``load_blob(sha)``). Bool tensors
+with a random init are 50 % True (``randint`` honours its bounds); integer tensors with
+``rand``/``randn`` use ``randint`` [0, 10) and with ``uniform`` use ``randint`` over [low, high).
 """
 
 from __future__ import annotations
@@ -57,13 +58,23 @@ class TensorLeaf:
     preset that lays it out on the device, and how it was generated (``source``: shape, dtype
     and the blob, the data or the init with its arguments; what a repro script replays)."""
 
-    __slots__ = ("base", "preset", "preset_args", "source")
+    __slots__ = ("base", "preset", "preset_args", "source", "device_layout")
 
-    def __init__(self, base: torch.Tensor, preset: str | None, preset_args: dict | None, source: dict | None = None):
+    def __init__(self, base: torch.Tensor, preset: str | None, preset_args: dict | None, source: dict | None = None,
+                 device_layout: dict | None = None):
         self.base = base
         self.preset = preset
         self.preset_args = preset_args or {}
         self.source = source or {}
+        self.device_layout = device_layout  # a device backend's layout (DEVICE_LAYOUT_HOOKS)
+
+
+# Device backends that lay tensors out themselves (the RFC implementation's ``device_layout``:
+# ``{device_size, stride_map, device_dtype}``) register ``hook(cpu_tensor, device, layout) ->
+# device tensor`` under their device type, e.g. from a ``casedb run --import`` module:
+# ``DEVICE_LAYOUT_HOOKS["spyre"] = lambda t, dev, lay: t.to(dev, device_layout=SpyreTensorLayout(**lay))``.
+# Without one (and always on the CPU) the layout is ignored: the tensor moves with ``.to(device)``.
+DEVICE_LAYOUT_HOOKS: dict[str, Callable] = {}
 
 
 class TensorListLeaf:
@@ -134,7 +145,10 @@ def _place_tensor(leaf: TensorLeaf, ctx) -> torch.Tensor:
         to = cast(t.dtype)
         if to is not None and to != t.dtype:
             t = t.to(to)
-    if dev.type != "cpu":
+    hook = DEVICE_LAYOUT_HOOKS.get(dev.type) if leaf.device_layout else None
+    if hook is not None:
+        t = hook(t, dev, leaf.device_layout)
+    elif dev.type != "cpu":
         t = t.to(dev)
     elif fresh and t is leaf.base:
         t = t.clone()
@@ -319,7 +333,7 @@ class _Builder:
         preset = spec.get("preset")
         if preset is not None and preset not in presets_mod.PRESETS:
             raise MaterializeError(f"{label}: {presets_mod.check_args(preset, {})}")
-        leaf = TensorLeaf(base, preset, spec.get("preset_args"), source)
+        leaf = TensorLeaf(base, preset, spec.get("preset_args"), source, spec.get("device_layout"))
         self.leaves.append(leaf)
         return leaf
 
@@ -449,8 +463,35 @@ def _ones(shape, dtype, a, g):
     return torch.ones(shape, dtype=dtype)
 
 
+def _full(shape, dtype, a, g):
+    return torch.full(shape, a["fill_value"], dtype=dtype)
+
+
+def _eye(shape, dtype, a, g):
+    """The identity matrix (a square 2-d shape; casedb.cases.spec checks it)."""
+    return torch.eye(shape[0], shape[1], dtype=dtype)
+
+
+def _xavier(shape, dtype, a, g):
+    """Glorot uniform, gain 1 (``torch.nn.init.xavier_uniform_``): U(-b, b), b = sqrt(6 / (fan_in +
+    fan_out)), drawn from the case's generator in float64."""
+    field = math.prod(shape[2:])
+    bound = math.sqrt(6.0 / (shape[1] * field + shape[0] * field))
+    t = torch.rand(shape, generator=g, dtype=torch.float64).mul_(2 * bound).sub_(bound)
+    return t.to(dtype)
+
+
+def _cumsum_offsets(shape, dtype, a, g):
+    """Group end offsets for ``torch._grouped_mm``: ``total`` rows dealt at random to ``shape[0]``
+    groups, cumulated (non-decreasing, the last is ``total``)."""
+    groups = shape[0]
+    picks = torch.randint(0, max(groups, 1), (int(a["total"]),), generator=g, dtype=torch.int64)
+    return torch.bincount(picks, minlength=groups)[:groups].cumsum(0).reshape(shape).to(dtype)
+
+
 _GEN = {"rand": _rand, "randn": _randn, "uniform": _uniform, "randint": _randint,
-        "arange": _arange, "zeros": _zeros, "ones": _ones}
+        "arange": _arange, "zeros": _zeros, "ones": _ones, "full": _full, "eye": _eye, "xavier": _xavier,
+        "cumsum_offsets": _cumsum_offsets}
 
 
 # ------------------------------------------------------------------------------------ values

@@ -344,6 +344,13 @@ def _lookup(name: str) -> tuple[Callable, str, str, str]:
             raise UnknownOpError(f"unknown op {name!r}: torch.Tensor has no method {parts[2]!r}"
                                  + _suggest(parts[2], dir(torch.Tensor)))
         return fn, "method", parts[2], n
+    if len(parts) == 2 and parts[1].startswith("__") and parts[1].endswith("__"):
+        # torch.__eq__ / torch.__and__ (how the RFC tracer spells `a == b`, `m & m`) are the Tensor
+        # operators, never the torch module's own attributes; the method rule below still applies
+        fn = getattr(torch.Tensor, parts[1], None)
+        if fn is None or not callable(fn):
+            raise UnknownOpError(f"unknown op {name!r}: torch.Tensor has no operator {parts[1]!r}")
+        return fn, "method", parts[1], n
     obj: Any = torch
     for p in parts[1:]:
         obj = getattr(obj, p, None)

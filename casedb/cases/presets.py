@@ -90,6 +90,28 @@ def strided(t, stride, storage_offset: int = 0):
     return view
 
 
+def contiguous_strides(shape) -> list[int]:
+    out, step = [], 1
+    for n in reversed(list(shape)):
+        out.append(step)
+        step *= max(int(n), 1)
+    return out[::-1]
+
+
+def layout(spec: dict) -> tuple[list[int], int]:
+    """(strides, storage offset) a tensor spec runs with: its preset's (applied to a meta tensor),
+    contiguous without one."""
+    shape, name, args = list(spec["shape"]), spec.get("preset"), spec.get("preset_args") or {}
+    if name == "strided":
+        return list(args["stride"]), int(args.get("storage_offset", 0))
+    if name:
+        import torch
+
+        view = PRESETS[name].fn(torch.empty(shape, device="meta"), **args)
+        return list(view.stride()), int(view.storage_offset())
+    return contiguous_strides(shape), 0
+
+
 def _dim(d: int, ndim: int, name: str) -> int:
     if not isinstance(d, int) or not -ndim <= d < ndim:
         raise ValueError(f"preset {name}: dimension {d!r} is out of range for a {ndim}-d tensor")

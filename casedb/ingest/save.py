@@ -33,6 +33,7 @@ class FileReport:
     skipped: int = 0
     skipped_reasons: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # {where, case, problem}: invalid inputs (casedb.ingest.check)
+    their_dedupe: dict | None = None  # v2 configs: their runner's dedupe count beside casedb's (model_ops_v2)
 
 
 @dataclass
@@ -115,6 +116,7 @@ def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes)
             raise InputError(f"cannot read as {fmt}: {type(e).__name__}: {e}", where=str(path)) from None
         except RecursionError:
             raise InputError(f"cannot read as {fmt}: nested too deeply", where=str(path)) from None
+        reader.report.their_dedupe = reader.their.summary() if reader.their else None
         if strict:
             check.fail_on(reader.report.warnings)
         reports.append((reader.report, reader.file_keys))
@@ -149,6 +151,7 @@ class _FileReader:
         self.defaults: dict = {}
         self.position = 0
         self.file_keys: list = []
+        self.their = None  # v2 configs: their runner's dedupe beside casedb's (importers.model_ops_v2)
 
     def read(self, rec: dict) -> None:
         kind = rec.get("type")
@@ -181,6 +184,11 @@ class _FileReader:
         where = rec.get("where") or str(self.path)
         norm = casespec.normalize_case(rec["case"], self.defaults, where=where, base_dir=self.path.parent,
                                        **self.case_options)
+        if "their_key" in rec:
+            from importers.model_ops_v2 import TheirDedupe
+
+            self.their = self.their or TheirDedupe()
+            self.their.add(rec["their_key"], norm.signature)
         count = int(rec.get("count") or 1)
         if isinstance(rec["case"], dict) and rec["case"].get("count"):
             count = rec["case"]["count"]

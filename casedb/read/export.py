@@ -106,6 +106,8 @@ class _Writer:
                 out["init_args"] = args
         if t["dtype"] != case_dtype:
             out["dtype"] = dtypes.short(t["dtype"])
+        if t.get("device_layout"):
+            out["device_layout"] = t["device_layout"]
         if t.get("preset"):
             out["preset"] = t["preset"]
             if t.get("preset_args"):
@@ -234,7 +236,7 @@ def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = 
 
 
 def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped: list | None = None) -> int:
-    """Write ``model`` to ``path`` (``fmt``: yaml or oplog) through a file beside it renamed into
+    """Write ``model`` to ``path`` (``fmt``: yaml, spyre-v2 or oplog) through a file beside it renamed into
     place: an unknown model or a failing case leaves a file already there as it was."""
     import os
     import tempfile
@@ -244,8 +246,13 @@ def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            n = (write_yaml(store, model, f, path) if fmt == "yaml"
-                 else write_oplog(store, model, f, path, skipped=skipped))
+            if fmt == "spyre-v2":
+                from casedb.read import export_v2
+
+                n = export_v2.write(store, model, f, path, notes=skipped)
+            else:
+                n = (write_yaml(store, model, f, path) if fmt == "yaml"
+                     else write_oplog(store, model, f, path, skipped=skipped))
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

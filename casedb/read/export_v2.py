@@ -1,0 +1,217 @@
+"""Write a model's cases as the RFC implementation's v2 model-ops config (``casedb export --format
+spyre-v2``), the file their runner (``tests/models/test_model_ops_v2.py``) loads.
+
+What is written re-imports (importers/model_ops_v2.py) to the same signatures: every tensor gets
+its exact layout (``stride`` and ``storage_offset``, from the layout preset), its init in their
+terms (the reverse of the importer's table), values kept as stored. The judgement goes where
+their runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which
+also lists every dtype a case is filed under, or their runner drops it), the model's seed as
+``input_config.seed``, and one test per mode (mandatory_success, xfail, skip) from the cases'
+``xfail_if``/``skip_if``. Data and file tensors are written as ``.pt`` files beside the config
+(``init: file``; their runner resolves the path from its working folder, casedb from the file's).
+
+What v2 cannot say exactly is listed in ``notes`` (a case's own seed, tolerances that differ
+between cases of one dtype, integer-valued randint floats, ``arange`` with a start or step).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import IO
+
+import yaml
+
+from casedb.cases import dtypes, presets
+from casedb.read.export import _Dumper, _Writer, _value
+from casedb.store.database import Store
+from importers import model_ops_v2
+
+RUNNER_PATH = "${TORCH_DEVICE_ROOT}/tests/models/test_model_ops_v2.py"
+TEST_NAME = "TestSpyreModelOps::test_model_ops_db"
+THEIR_MARKS = ("constant", "fp32operation", "bf16operation")
+
+
+class _V2Writer(_Writer):
+    def __init__(self, store: Store, out_path: Path | None, notes: list):
+        super().__init__(store, out_path)
+        self.notes = notes
+        self.case = ""
+
+    def v2_tensor(self, t: dict) -> dict:
+        out: dict = {"shape": list(t["shape"])}
+        stride, offset = presets.layout(t)
+        out.update(stride=stride, storage_offset=offset, dtype=f"torch.{t['dtype']}")
+        out.update(self.v2_init(t))
+        if t.get("device_layout"):
+            out["device_layout"] = dict(t["device_layout"])
+        return out
+
+    def v2_init(self, t: dict) -> dict:
+        init, args, dtype = t.get("init"), dict(t.get("init_args") or {}), t["dtype"]
+        floating = dtype in dtypes.FLOATING or dtype in dtypes.COMPLEX
+        if "blob" in t:
+            return {"init": "file", "init_args": {"path": self.file(t)}}
+        if init == "uniform" or (init == "randint" and not floating):
+            low = args.get("low", 0 if init == "randint" else 0.0)
+            high = args.get("high", 10 if init == "randint" else 1.0)
+            if init == "randint" and dtype == "bool":
+                return {"init": "rand"}
+            if float(low) != int(low) or float(high) != int(high) or (init == "uniform" and not floating):
+                self.notes.append(f"{self.case}: {init} [{low}, {high}) of {dtype} written as randint [{int(low)}, "
+                                  f"{int(high)}) (their init_args are integers)")
+            return {"init": "randint", "init_args": {"low": int(low), "high": int(high)}}
+        if init == "randint":
+            self.notes.append(f"{self.case}: integer-valued {dtype} randint written as their randint (uniform floats)")
+            return {"init": "randint", "init_args": {"low": int(args.get("low", 0)), "high": int(args.get("high", 10))}}
+        if init in ("rand", "randn") and not floating and dtype != "bool":
+            return {"init": "randint", "init_args": {"low": 0, "high": 10}}  # casedb's integer rand/randn
+        if init == "arange" and (args or len(t["shape"]) != 1):
+            return {"init": "file", "init_args": {"path": self.values_file(t)}}  # their arange is 1-d, from 0
+        if init in ("full", "cumsum_offsets"):
+            return {"init": init, "init_args": args}
+        return {"init": init or "rand"}
+
+    def v2_input(self, spec: dict) -> dict:
+        if "tensor" in spec:
+            return {"tensor": self.v2_tensor(spec["tensor"])}
+        if "tensor_list" in spec:
+            return {"tensor_list": [self.v2_tensor(t) for t in spec["tensor_list"]]}
+        if "file" in spec:
+            return {"tensor": self.v2_tensor(spec["file"])}
+        if "value" in spec:
+            return {"value": _value(spec["value"])}
+        return dict(spec)
+
+    def values_file(self, t: dict) -> str:
+        """A .pt file of a generated tensor's values (what v2's inits cannot make), beside the config."""
+        import hashlib
+
+        import torch
+
+        from casedb.cases import blobs
+        from casedb.cases.materialize import prepare
+
+        values = prepare({"inputs": [{"tensor": t}], "seed": 0}).leaves[0].base
+        sha = hashlib.sha256(blobs.encode(values)).hexdigest()
+        self.notes.append(f"{self.case}: {t['init']} {t.get('init_args') or ''} over {t['shape']} written as a file "
+                          "of its values (init: file)")
+        self.file_check()
+        folder = self.out_path.parent / f"{self.out_path.stem}.files"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{sha[:12]}.pt"
+        if not target.exists():
+            torch.save(values.clone(), target)
+        return str(target.relative_to(self.out_path.parent))
+
+    def file_check(self) -> None:
+        if self.out_path is None:
+            raise ValueError("a case has data or file tensors; export it with -o FILE so the .pt files can be "
+                             "written beside it")
+
+    def file(self, f: dict) -> str:
+        self.file_check()
+        return super().file(f)
+
+
+_NUMBERED = re.compile(r"(?P<op>.+)\.(?P<n>\d+)(_\w+)?")
+
+
+def _numbered_tags(occs: list) -> list[str]:
+    """One ``<op>.<n>`` tag per case: its own name when it is one, else the next free number."""
+    taken = {o["name"] for o in occs}
+    counters: dict = {}
+    out = []
+    for o in occs:
+        m = _NUMBERED.fullmatch(o["name"])
+        if m and m["op"] == o["op"]:
+            out.append(o["name"])
+            continue
+        n = counters.get(o["op"], 0)
+        while True:
+            n += 1
+            tag = f"{o['op']}.{n}"
+            if tag not in taken:
+                break
+        counters[o["op"]], tag = n, tag
+        taken.add(tag)
+        out.append(tag)
+    return out
+
+
+def _mode(occ: dict, case: str, notes: list) -> str:
+    """The v2 mode of a case's judgement (a mode is unconditional: conditions are noted)."""
+    skips = occ.get("skip_if") or ()
+    if any(s.get("expr") == "True" for s in skips):
+        return "skip"
+    for s in skips:
+        notes.append(f"{case}: skip_if {s['expr']!r} not written (a v2 mode has no condition)")
+    if occ.get("expects_error"):
+        notes.append(f"{case}: expects_error not written (v2 has no expected errors)")
+    if not occ.get("xfail"):
+        return "mandatory_success"
+    if occ["xfail"]["expr"] not in ("True", model_ops_v2.XFAIL_IF):
+        notes.append(f"{case}: xfail_if {occ['xfail']['expr']!r} written as mode: xfail")
+    return "xfail"
+
+
+def config(store: Store, model: str, out_path: Path | None = None, notes: list | None = None) -> dict:
+    """The v2 config of `model` as a Python structure ready for YAML."""
+    notes = notes if notes is not None else []
+    m = store.model(model)
+    defaults = store.models_defaults(m["name"]) or {}
+    occs = store.occurrences([m["name"]], markexpr="")
+    writer = _V2Writer(store, out_path, notes)
+    precision: dict[str, dict] = {}
+    tests: dict[str, list] = {}
+    for occ, tag in zip(occs, _numbered_tags(occs)):
+        writer.case = f"{m['name']}::{occ['name']}"
+        args = [writer.v2_input(s) for s in occ["inputs"]]
+        item = {"name": occ["op"], "sample_inputs_func": {"args": args}}
+        if occ["attrs"]:
+            item["sample_inputs_func"]["kwargs"] = {
+                k: writer.v2_input(v) if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in
+                ("tensor", "tensor_list", "file", "py") else _value(v) for k, v in occ["attrs"].items()}
+        description, extra = _split_description(occ["description"])
+        if description:
+            item["description"] = description
+        # their per-op marks among casedb's derived ones (recomputed on import), then the case's own
+        marks = [x for x in occ["derived_marks"] or [] if x in THEIR_MARKS]
+        marks += [x for x in occ["own_marks"] or [] if x not in marks]
+        item["tags"] = [t for t in marks + extra if t != tag] + [tag]
+        if occ["seed"] is not None:
+            notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
+        _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
+        tests.setdefault(_mode(occ, writer.case, notes), []).append(item)
+    glob: dict = {"supported_dtypes": [{"name": d, **({"precision": p} if p else {})}
+                                       for d, p in sorted(precision.items())]}
+    if defaults.get("seed") is not None:
+        glob["input_config"] = {"seed": defaults["seed"]}
+    entries = [{"names": [TEST_NAME], "mode": mode, "tags": [f"model__{m['name']}"],
+                "edits": {"ops": {"include": items}}} for mode, items in tests.items()]
+    return {"test_suite_config": {"labels": ["trunk"], "global": glob, "files": [
+        {"path": RUNNER_PATH, "unlisted_test_mode": "skip", "tests": entries}]}}
+
+
+def _split_description(text: str | None) -> tuple[str | None, list[str]]:
+    """The description and the tags the importer appended to it (``v2 tags: ...``)."""
+    if not text:
+        return text, []
+    head, sep, tail = text.rpartition("\nv2 tags: ")
+    if not sep and text.startswith("v2 tags: "):
+        return None, text[len("v2 tags: "):].split()
+    return (head, tail.split()) if sep else (text, [])
+
+
+def _precision(out: dict, dtype: str, occ: dict, case: str, notes: list) -> None:
+    own = {k: occ[k] for k in ("atol", "rtol") if occ[k] is not None}
+    if dtype not in out:
+        out[dtype] = own
+    elif own and own != out[dtype]:
+        notes.append(f"{case}: tolerance {own} differs from the {dtype} precision written ({out[dtype]})")
+
+
+def write(store: Store, model: str, out: IO[str], out_path: Path | None = None, notes: list | None = None) -> int:
+    doc = config(store, model, out_path, notes)
+    yaml.dump(doc, out, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
+    return sum(len(t["edits"]["ops"]["include"]) for t in doc["test_suite_config"]["files"][0]["tests"])
