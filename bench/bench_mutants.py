@@ -5,7 +5,7 @@
 
 The RFC's claim — real shapes and values catch what synthetic tests miss — as a number. The same
 faulty backends (:mod:`casedb.mutation.mutants`), the same execution core and the same judge
-(:func:`casedb.run.target.execute_item`: ``execute.run_case`` + ``execute.judge`` with the
+(:func:`casedb.run.target.execute_item`: ``execute.run_case`` + ``verdict.judge`` with the
 ``numerics.Policy`` tolerances, exactly what a ``casedb run`` worker does per case) run, in this
 one process, over:
 
@@ -167,12 +167,11 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
 def _verdicts(ex, item, policy) -> dict:
     """judge -> Verdict of one execution for the item's first occurrence, under every judge (judging
     again runs nothing)."""
-    from casedb.run import execute
-    from casedb.judge import numerics
+    from casedb.judge import numerics, verdict
 
     occ = item.occurrences[0]
     tols = policy.tolerances(occ, item.case, ex.dtypes() or [item.case["dtype"]])
-    return {j: execute.judge(ex, tolerances=tols, judge=j, expects_error=occ.get("expects_error"))
+    return {j: verdict.judge(ex, tolerances=tols, judge=j, expects_error=occ.get("expects_error"))
             for j in numerics.JUDGES}
 
 
