@@ -153,13 +153,13 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
                         attrs = {k: _value_spec(v, blobs) for k, v in sample.kwargs.items()}
                         if any(x is None for x in inputs) or any(x is None for x in attrs.values()):
                             continue
-                        head = {"op": op, "dtype": dt, "seed": 0, "shapes": "", "attrs": attrs}
                         sig = hashlib.sha256(json.dumps([op, inputs, attrs, dt], sort_keys=True).encode()).hexdigest()
                         case_name = f"{info.name}.{info.variant_test_name or 'default'}.{dt}.{i}{tag}"
                         occ = {"model_case_id": None, "model": "opinfo", "name": case_name, "rtol": None,
                                "atol": None, "defaults": {}, "skip_if": None, "expects_error": None, "xfail": None,
                                "marks": [], "source": None}
-                        items.append(plan.PlanItem(id=case_name, signature=sig, head=head, inputs=inputs,
+                        items.append(plan.PlanItem(id=case_name, signature=sig, op=op, dtype=dt, seed=0, shapes="",
+                                                   attrs=attrs, inputs=inputs,
                                                    occurrences=[occ], marks=[]))
     return items, missing
 
@@ -226,7 +226,7 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                             t["ops_caught"].add(item.op)
                         else:
                             t["survivors"].append({"case": item.occurrences[0]["name"], "op": item.op,
-                                                   "shapes": item.head.get("shapes"), "ulp_err": v.ulp_err,
+                                                   "shapes": item.shapes, "ulp_err": v.ulp_err,
                                                    "ref_ulp_err": v.ref_ulp_err, "max_abs_err": v.max_abs_err,
                                                    "max_rel_err": v.max_rel_err, "tolerance": v.tolerance})
                     elif what == "failed_unchanged":

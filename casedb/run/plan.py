@@ -27,7 +27,11 @@ class PlanItem:
 
     id: str
     signature: str
-    head: dict                 # op, dtype, seed, shapes (text), attrs
+    op: str
+    dtype: str                 # the case's dtype (canonical name)
+    seed: int | None
+    shapes: str                # the input shapes as text (display only)
+    attrs: dict                # keyword arguments (RFC items)
     inputs: list               # the case's input specs (RFC items)
     occurrences: list[dict]    # model_case_id, model, name, own rtol/atol, defaults (the manifest's dtype, rtol,
                                # atol), skip_if, expects_error, xfail, marks, source
@@ -37,11 +41,8 @@ class PlanItem:
     @property
     def case(self) -> dict:
         """The normalized case, as the execution core takes it."""
-        return {**self.head, "signature": self.signature, "inputs": self.inputs}
-
-    @property
-    def op(self) -> str:
-        return self.head["op"]
+        return {"op": self.op, "dtype": self.dtype, "seed": self.seed, "shapes": self.shapes, "attrs": self.attrs,
+                "signature": self.signature, "inputs": self.inputs}
 
     @property
     def key(self) -> tuple:
@@ -59,7 +60,7 @@ class PlanItem:
     @property
     def numel(self) -> int:
         """Elements the case's input tensors hold in all."""
-        return sum(math.prod(t["shape"]) for t in marks_mod.iter_tensors(self.inputs, self.head["attrs"]))
+        return sum(math.prod(t["shape"]) for t in marks_mod.iter_tensors(self.inputs, self.attrs))
 
     def fits(self, max_numel: int) -> bool:
         """True when the case's inputs hold at most `max_numel` elements in all, and its outputs
@@ -135,9 +136,8 @@ def _safe_id(text: str) -> str:
 def _assign_ids(items: list[PlanItem]) -> None:
     for it in items:
         if it.dedupe:
-            h = it.head
-            it.id = _safe_id(f"{op_label(h['op'])}-{shape_label(it.inputs, h['attrs'])}-"
-                             f"{dtypes.short(h['dtype'])}-{it.signature[:10]}")
+            it.id = _safe_id(f"{op_label(it.op)}-{shape_label(it.inputs, it.attrs)}-"
+                             f"{dtypes.short(it.dtype)}-{it.signature[:10]}")
         else:
             o = it.occurrences[0]
             it.id = _safe_id(f"{o['model']}-{o['name']}")
@@ -194,9 +194,8 @@ def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, s
             it.occurrences.append(occ)
             it.marks = sorted(set(it.marks) | set(marks))
             continue
-        head = {"op": op, "dtype": dtype, "seed": seed, "shapes": shapes, "attrs": loads(attrs) or {}}
-        it = PlanItem(id="", signature=sig, head=head, inputs=loads(inputs) or [], occurrences=[occ],
-                      marks=marks, dedupe=dedupe)
+        it = PlanItem(id="", signature=sig, op=op, dtype=dtype, seed=seed, shapes=shapes, attrs=loads(attrs) or {},
+                      inputs=loads(inputs) or [], occurrences=[occ], marks=marks, dedupe=dedupe)
         items.append(it)
         if dedupe:
             by_sig[sig] = it

@@ -219,7 +219,7 @@ def _judgement(occ: dict, outcome: str, reason: str, *, rtol=None, atol=None, st
 def triage_case(item, occ: dict) -> dict:
     """What a triage entry selects a case by: its model, name, op, signature, dtype and marks."""
     return {"model": occ["model"], "name": occ["name"], "op": item.op, "signature": item.signature,
-            "dtype": item.case["dtype"], "marks": occ.get("marks") or []}
+            "dtype": item.dtype, "marks": occ.get("marks") or []}
 
 
 def triage_target(target) -> dict:
@@ -262,7 +262,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
                           reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
                           replace_device=target.replace_device, high_precision=target.judge != "tolerance")
     policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
-    found = ex.dtypes() or [item.case["dtype"]]
+    found = ex.dtypes() or [item.dtype]
     verdicts = []
     for occ, env, entry in active:
         xfail = _first_true([occ["xfail"]] if occ.get("xfail") else None, env)
