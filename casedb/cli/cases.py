@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from casedb.cli.common import app, console, emit_json, err_console, fail, open_db, stdout
+from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, open_db, stdout
 from casedb.errors import CasedbError
 
 @app.command("import")
@@ -80,11 +80,7 @@ def import_cmd(
 @app.command("models")
 def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """List models with their case counts."""
-    try:
-        with open_db() as store:
-            rows = store.models()
-    except CasedbError as e:
-        fail(e)
+    rows = from_store(lambda store: store.models())
     if as_json:
         emit_json(rows)
         return
@@ -112,11 +108,8 @@ def cases_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """List case occurrences."""
-    try:
-        with open_db() as store:
-            rows = store.occurrences(model, op=op, keyword=keyword, markexpr=markexpr, show_excluded=show_excluded)
-    except (CasedbError, ValueError) as e:
-        fail(e)
+    rows = from_store(lambda store: store.occurrences(model, op=op, keyword=keyword, markexpr=markexpr,
+                                                      show_excluded=show_excluded), errors=(CasedbError, ValueError))
     rows = rows[:limit] if limit else rows
     if as_json:
         emit_json([{k: r[k] for k in CASE_KEYS} for r in rows])
@@ -136,11 +129,7 @@ def show_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """Show one case: what is executed and where each model uses it."""
-    try:
-        with open_db() as store:
-            rows = store.find(name)
-    except CasedbError as e:
-        fail(e)
+    rows = from_store(lambda store: store.find(name))
     first = rows[0]
     detail = {k: first[k] for k in ("signature", "op", "inputs", "attrs", "dtype", "seed", "derived_marks", "shapes")}
     detail["occurrences"] = [
@@ -164,11 +153,7 @@ def show_cmd(
 @app.command("stats")
 def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """Counts: models, unique cases, occurrences, duplicates."""
-    try:
-        with open_db() as store:
-            s = store.stats()
-    except CasedbError as e:
-        fail(e)
+    s = from_store(lambda store: store.stats())
     if as_json:
         emit_json(s)
         return

@@ -16,6 +16,7 @@ import typer
 from rich.text import Text
 
 from casedb import __version__
+from casedb.errors import CasedbError
 from casedb.run.console import terminal
 
 app = typer.Typer(
@@ -59,6 +60,15 @@ def open_db():
     from casedb.store.database import open_store
 
     return open_store(state.db)
+
+
+def from_store(read, errors=(CasedbError,)):
+    """``read(store)`` on the --db store; an error of ``errors`` (bad input) is exit 2."""
+    try:
+        with open_db() as store:
+            return read(store)
+    except errors as e:
+        fail(e)
 
 
 def fail(e: Exception, code: int = 2):

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from casedb.cli.common import app, console, emit_json, err_console, fail, open_db, state
+from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, state
 from casedb.errors import CasedbError
 from casedb.run.console import clean
 
@@ -27,11 +27,8 @@ def report_cmd(
     """Pass rates per model and op, coverage, dedupe, runtime, trend, and changes since a baseline run."""
     from casedb.read import report
 
-    try:
-        with open_db() as store:
-            data = report.build(store.db, run, compare, error_factor=error_factor, trend=trend, top=top)
-    except CasedbError as e:
-        fail(e)
+    data = from_store(lambda store: report.build(store.db, run, compare, error_factor=error_factor, trend=trend,
+                                                 top=top))
     if as_json:
         emit_json(data)
     elif markdown:
@@ -65,11 +62,7 @@ def check_cmd(
     """List cases whose inputs are invalid for their op (e.g. an index beyond the indexed dim); exit 1 if any."""
     from casedb.ingest import check
 
-    try:
-        with open_db() as store:
-            found = check.check_store(store, model)
-    except CasedbError as e:
-        fail(e)
+    found = from_store(lambda store: check.check_store(store, model))
     if as_json:
         emit_json(found)
     else:
