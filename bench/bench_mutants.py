@@ -155,9 +155,7 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
                             continue
                         sig = hashlib.sha256(json.dumps([op, inputs, attrs, dt], sort_keys=True).encode()).hexdigest()
                         case_name = f"{info.name}.{info.variant_test_name or 'default'}.{dt}.{i}{tag}"
-                        occ = {"model_case_id": None, "model": "opinfo", "name": case_name, "rtol": None,
-                               "atol": None, "defaults": {}, "skip_if": None, "expects_error": None, "xfail": None,
-                               "marks": [], "source": None}
+                        occ = plan.Occurrence(model_case_id=None, model="opinfo", name=case_name)
                         items.append(plan.PlanItem(id=case_name, signature=sig, op=op, dtype=dt, seed=0, shapes="",
                                                    attrs=attrs, inputs=inputs,
                                                    occurrences=[occ], marks=[]))
@@ -170,8 +168,8 @@ def _verdicts(ex, item, policy) -> dict:
     from casedb.judge import numerics, verdict
 
     occ = item.occurrences[0]
-    tols = policy.tolerances(occ, item.case, ex.dtypes() or [item.case["dtype"]])
-    return {j: verdict.judge(ex, tolerances=tols, judge=j, expects_error=occ.get("expects_error"))
+    tols = policy.tolerances(vars(occ), item.case, ex.dtypes() or [item.case["dtype"]])
+    return {j: verdict.judge(ex, tolerances=tols, judge=j, expects_error=occ.expects_error)
             for j in numerics.JUDGES}
 
 
@@ -205,7 +203,7 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                 c["passed"] += 1
                 c["ops"].add(item.op)
             elif v.outcome in mutation.FAILING:
-                c["false_alarms"].append(f"{item.occurrences[0]['name']} {item.op}: {v.reason[:160]}")
+                c["false_alarms"].append(f"{item.occurrences[0].name} {item.op}: {v.reason[:160]}")
             else:
                 c["other"][v.outcome] = c["other"].get(v.outcome, 0) + 1
         if any(v.outcome == "passed" for v in ctrl.values()):
@@ -225,7 +223,7 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                             t["caught"] += 1
                             t["ops_caught"].add(item.op)
                         else:
-                            t["survivors"].append({"case": item.occurrences[0]["name"], "op": item.op,
+                            t["survivors"].append({"case": item.occurrences[0].name, "op": item.op,
                                                    "shapes": item.shapes, "ulp_err": v.ulp_err,
                                                    "ref_ulp_err": v.ref_ulp_err, "max_abs_err": v.max_abs_err,
                                                    "max_rel_err": v.max_rel_err, "tolerance": v.tolerance})

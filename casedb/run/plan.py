@@ -22,6 +22,23 @@ TEST_NAME = "test_model_op"
 
 
 @dataclass
+class Occurrence:
+    """One model's use of a planned case: how that model judges it."""
+
+    model_case_id: int | None
+    model: str
+    name: str
+    rtol: float | None = None              # the case's own tolerances (None: not written)
+    atol: float | None = None
+    defaults: dict = field(default_factory=dict)  # the manifest's default dtype, rtol, atol
+    skip_if: list | None = None            # conditions ({expr, reason}) that skip it
+    expects_error: dict | None = None      # {type, match}, or per side ({ref: ..., <device>: ...})
+    xfail: dict | None = None              # a condition ({expr, reason}) under which it is expected to fail
+    marks: list[str] = field(default_factory=list)  # derived and hand-written
+    source: str | None = None              # manifest file:line
+
+
+@dataclass
 class PlanItem:
     """One test: a case and the model occurrences judged from its execution."""
 
@@ -33,8 +50,7 @@ class PlanItem:
     shapes: str                # the input shapes as text (display only)
     attrs: dict                # keyword arguments (RFC items)
     inputs: list               # the case's input specs (RFC items)
-    occurrences: list[dict]    # model_case_id, model, name, own rtol/atol, defaults (the manifest's dtype, rtol,
-                               # atol), skip_if, expects_error, xfail, marks, source
+    occurrences: list[Occurrence]
     marks: list[str]           # union of the occurrences' marks (derived + hand-written)
     dedupe: bool = True
 
@@ -47,15 +63,15 @@ class PlanItem:
     @property
     def key(self) -> tuple:
         """What "already done in this run" is keyed by (resume, exactly-once)."""
-        return (self.signature, None if self.dedupe else self.occurrences[0]["model_case_id"])
+        return (self.signature, None if self.dedupe else self.occurrences[0].model_case_id)
 
     @property
     def models(self) -> list[str]:
-        return list(dict.fromkeys(o["model"] for o in self.occurrences))
+        return list(dict.fromkeys(o.model for o in self.occurrences))
 
     @property
     def names(self) -> list[str]:
-        return list(dict.fromkeys(o["name"] for o in self.occurrences))
+        return list(dict.fromkeys(o.name for o in self.occurrences))
 
     @property
     def numel(self) -> int:
@@ -140,13 +156,13 @@ def _assign_ids(items: list[PlanItem]) -> None:
                              f"{dtypes.short(it.dtype)}-{it.signature[:10]}")
         else:
             o = it.occurrences[0]
-            it.id = _safe_id(f"{o['model']}-{o['name']}")
+            it.id = _safe_id(f"{o.model}-{o.name}")
     seen: dict[str, int] = {}
     for it in items:
         seen[it.id] = seen.get(it.id, 0) + 1
     for it in items:
         if seen[it.id] > 1:  # only when two ids collide: keep every id unique and stable
-            it.id = f"{it.id}-{it.signature[:16]}-{it.occurrences[0]['model_case_id']}"
+            it.id = f"{it.id}-{it.signature[:16]}-{it.occurrences[0].model_case_id}"
 
 
 def param_id(nodeid: str) -> str | None:
@@ -186,9 +202,9 @@ def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, s
         marks = sorted(set(loads(derived) or ()) | set(loads(own) or ()))
         if model not in defaults_of:
             defaults_of[model] = {k: v for k, v in (loads(defaults) or {}).items() if k in ("dtype", "rtol", "atol")}
-        occ = {"model_case_id": mcid, "model": model, "name": name, "rtol": rtol, "atol": atol,
-               "defaults": defaults_of[model], "skip_if": loads(skip_if), "expects_error": loads(expects),
-               "xfail": loads(xfail), "marks": marks, "source": source}
+        occ = Occurrence(model_case_id=mcid, model=model, name=name, rtol=rtol, atol=atol,
+                         defaults=defaults_of[model], skip_if=loads(skip_if), expects_error=loads(expects),
+                         xfail=loads(xfail), marks=marks, source=source)
         if dedupe and sig in by_sig:
             it = by_sig[sig]
             it.occurrences.append(occ)

@@ -25,6 +25,7 @@ from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
 from casedb.judge import numerics
 from casedb.judge.numerics import DEFAULT_JUDGE
+from casedb.run.plan import Occurrence
 from casedb.run.runspec import RunSpec, default_backend
 from casedb.triage import entries as triage_mod
 
@@ -208,18 +209,19 @@ def _first_true(conditions, env) -> str | None:
     return None
 
 
-def _judgement(occ: dict, outcome: str, reason: str, *, rtol=None, atol=None, stage=None, triaged=None) -> dict:
+def _judgement(occ: Occurrence, outcome: str, reason: str, *, rtol=None, atol=None, stage=None,
+               triaged=None) -> dict:
     triaged = triaged or {}
-    return {"model_case_id": occ["model_case_id"], "model": occ["model"], "name": occ["name"],
-            "outcome": outcome, "reason": reason, "rtol": rtol if rtol is not None else occ.get("rtol"),
-            "atol": atol if atol is not None else occ.get("atol"), "stage": stage,
+    return {"model_case_id": occ.model_case_id, "model": occ.model, "name": occ.name,
+            "outcome": outcome, "reason": reason, "rtol": rtol if rtol is not None else occ.rtol,
+            "atol": atol if atol is not None else occ.atol, "stage": stage,
             "triage": triaged.get("triage"), "triage_where": triaged.get("where")}
 
 
-def triage_case(item, occ: dict) -> dict:
+def triage_case(item, occ: Occurrence) -> dict:
     """What a triage entry selects a case by: its model, name, op, signature, dtype and marks."""
-    return {"model": occ["model"], "name": occ["name"], "op": item.op, "signature": item.signature,
-            "dtype": item.dtype, "marks": occ.get("marks") or []}
+    return {"model": occ.model, "name": occ.name, "op": item.op, "signature": item.signature,
+            "dtype": item.dtype, "marks": occ.marks or []}
 
 
 def triage_target(target) -> dict:
@@ -265,9 +267,9 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     found = ex.dtypes() or [item.dtype]
     verdicts = []
     for occ, env, entry in active:
-        xfail = _first_true([occ["xfail"]] if occ.get("xfail") else None, env)
-        v = judge(ex, tolerances=policy.tolerances(occ, item.case, found), judge=target.judge,
-                  expects_error=occ.get("expects_error"), xfail=xfail)
+        xfail = _first_true([occ.xfail] if occ.xfail else None, env)
+        v = judge(ex, tolerances=policy.tolerances(vars(occ), item.case, found), judge=target.judge,
+                  expects_error=occ.expects_error, xfail=xfail)
         v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage)
         verdicts.append((occ, v))
         judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
@@ -284,8 +286,8 @@ def _active_occurrences(item, target, triage) -> tuple[list, list]:
             if t["outcome"] == "skipped":
                 judgements.append(_judgement(occ, "skipped", t["reason"], triaged=t))
             continue
-        env = condition_env(target, item.case, occ["model"])
-        why = _first_true(occ.get("skip_if"), env)
+        env = condition_env(target, item.case, occ.model)
+        why = _first_true(occ.skip_if, env)
         if why:
             judgements.append(_judgement(occ, "skipped", why))
         else:
@@ -317,7 +319,7 @@ def _executed_payload(ex, verdicts: list, judgements: list) -> dict:
     metrics = {k: vd[k] for k in vd if k not in _RESULT_FROM_VERDICT and k not in ("outcome", "reason")}
     metrics.update({k: exd[k] for k in ("t_setup", "t_ref_hi", "reference_dtype", "mutated", "determinism_detail",
                                         "backend_calls", "graph_ops", "lowering", "not_exercised", "notes")})
-    metrics["judged_for"] = f"{occ['model']}::{occ['name']}"
+    metrics["judged_for"] = f"{occ.model}::{occ.name}"
     result["metrics"] = metrics
     return {"outcome": v.outcome, "reason": v.reason, "result": result, "judgements": judgements,
             "device": ex.device}
