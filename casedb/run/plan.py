@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from casedb.cases import dtypes
 from casedb.cases import marks as marks_mod
-from casedb.run.runspec import parse_shard  # noqa: F401 (part of the plan's vocabulary)
 from casedb.serial import loads
 
 SMOKE_SIZE = 3
