@@ -113,9 +113,9 @@ class MarkExpression:
                 idents, depth = _scan(self.text)
                 if depth <= MAX_EXPRESSION_DEPTH:
                     self._expr = _pytest_expression().Expression.compile(self.text)
-            except SyntaxError as e:
-                raise ValueError(f"bad {self.what} {text!r}: {e.msg} "
-                                 f"(only {self.names}, and, or, not and parentheses)") from None
+            except SyntaxError:  # (pytest's own words name tokens, not what to write)
+                raise ValueError(f"bad {self.what} {text!r}: only {self.names}, and, or, not and "
+                                 "parentheses") from None
             if self._expr is None:
                 raise ValueError(f"{self.what} {_shown(self.text)} nests more than {MAX_EXPRESSION_DEPTH} "
                                  "levels of not, and, or and parentheses; write it flatter")
