@@ -5,7 +5,7 @@
 
 The RFC's claim — real shapes and values catch what synthetic tests miss — as a number. The same
 faulty backends (:mod:`casedb.mutation.mutants`), the same execution core and the same judge
-(:func:`casedb.run.target.execute_item`: ``execute.run_case`` + ``execute.judge`` with the
+(:func:`casedb.run.target.execute_item`: ``execute.run_case`` + ``verdict.judge`` with the
 ``numerics.Policy`` tolerances, exactly what a ``casedb run`` worker does per case) run, in this
 one process, over:
 
@@ -153,13 +153,11 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
                         attrs = {k: _value_spec(v, blobs) for k, v in sample.kwargs.items()}
                         if any(x is None for x in inputs) or any(x is None for x in attrs.values()):
                             continue
-                        head = {"op": op, "dtype": dt, "seed": 0, "shapes": "", "attrs": attrs}
                         sig = hashlib.sha256(json.dumps([op, inputs, attrs, dt], sort_keys=True).encode()).hexdigest()
                         case_name = f"{info.name}.{info.variant_test_name or 'default'}.{dt}.{i}{tag}"
-                        occ = {"model_case_id": None, "model": "opinfo", "name": case_name, "rtol": None,
-                               "atol": None, "defaults": {}, "skip_if": None, "expects_error": None, "xfail": None,
-                               "marks": [], "source": None}
-                        items.append(plan.PlanItem(id=case_name, signature=sig, head=head, inputs=inputs,
+                        occ = plan.Occurrence(model_case_id=None, model="opinfo", name=case_name)
+                        items.append(plan.PlanItem(id=case_name, signature=sig, op=op, dtype=dt, seed=0, shapes="",
+                                                   attrs=attrs, inputs=inputs,
                                                    occurrences=[occ], marks=[]))
     return items, missing
 
@@ -167,12 +165,11 @@ def opinfo_items(model_ops: dict, samples: int, blobs: Blobs, noncontiguous: boo
 def _verdicts(ex, item, policy) -> dict:
     """judge -> Verdict of one execution for the item's first occurrence, under every judge (judging
     again runs nothing)."""
-    from casedb.run import execute
-    from casedb.judge import numerics
+    from casedb.judge import numerics, verdict
 
     occ = item.occurrences[0]
-    tols = policy.tolerances(occ, item.case, ex.dtypes() or [item.case["dtype"]])
-    return {j: execute.judge(ex, tolerances=tols, judge=j, expects_error=occ.get("expects_error"))
+    tols = policy.tolerances(vars(occ), item.case, ex.dtypes() or [item.case["dtype"]])
+    return {j: verdict.judge(ex, tolerances=tols, judge=j, expects_error=occ.expects_error)
             for j in numerics.JUDGES}
 
 
@@ -206,7 +203,7 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                 c["passed"] += 1
                 c["ops"].add(item.op)
             elif v.outcome in mutation.FAILING:
-                c["false_alarms"].append(f"{item.occurrences[0]['name']} {item.op}: {v.reason[:160]}")
+                c["false_alarms"].append(f"{item.occurrences[0].name} {item.op}: {v.reason[:160]}")
             else:
                 c["other"][v.outcome] = c["other"].get(v.outcome, 0) + 1
         if any(v.outcome == "passed" for v in ctrl.values()):
@@ -226,8 +223,8 @@ def score_items(items, names, base: str, load_blob, label: str, progress: bool) 
                             t["caught"] += 1
                             t["ops_caught"].add(item.op)
                         else:
-                            t["survivors"].append({"case": item.occurrences[0]["name"], "op": item.op,
-                                                   "shapes": item.head.get("shapes"), "ulp_err": v.ulp_err,
+                            t["survivors"].append({"case": item.occurrences[0].name, "op": item.op,
+                                                   "shapes": item.shapes, "ulp_err": v.ulp_err,
                                                    "ref_ulp_err": v.ref_ulp_err, "max_abs_err": v.max_abs_err,
                                                    "max_rel_err": v.max_rel_err, "tolerance": v.tolerance})
                     elif what == "failed_unchanged":

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from casedb.judge.compare import bitwise_equal, compare
+from casedb.judge.compare import compare
 
 nan, inf = math.nan, math.inf
 
@@ -112,11 +112,11 @@ def test_complex_values():
 
 def test_bits():
     a = torch.tensor([0.0, nan, 1.0])
-    assert bitwise_equal(a, a.clone()).passed
-    c = bitwise_equal(a, torch.tensor([-0.0, nan, 1.0]))
+    assert compare(a, a.clone(), mode="bits").passed
+    c = compare(a, torch.tensor([-0.0, nan, 1.0]), mode="bits")
     assert not c.passed and c.mismatch_count == 1
-    assert not bitwise_equal(torch.tensor([1.0]), torch.tensor([1.0 + 1e-7])).passed
-    assert bitwise_equal((torch.tensor([1, 2]), 3), (torch.tensor([1, 2]), 3)).passed
+    assert not compare(torch.tensor([1.0]), torch.tensor([1.0 + 1e-7]), mode="bits").passed
+    assert compare((torch.tensor([1, 2]), 3), (torch.tensor([1, 2]), 3), mode="bits").passed
 
 
 def test_noncontiguous_and_empty():

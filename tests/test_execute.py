@@ -1,4 +1,4 @@
-"""casedb.run.execute: run_case + judge, with real torch execution on the CPU."""
+"""casedb.run.execute and casedb.judge.verdict: run_case + judge, with real torch execution on the CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import pytest
 import torch
 
 from casedb.cases.blobs import encode as tensor_bytes
-from casedb.run.execute import Execution, check_backend, judge, run_case
+from casedb.judge.execution import Execution
+from casedb.judge.verdict import judge
+from casedb.run.backend import check_backend
+from casedb.run.execute import run_case
 
 DATA = Path(__file__).resolve().parent / "data"
 SIG = "5eed" + "cd" * 30
@@ -249,7 +252,7 @@ def test_execution_is_a_plain_dataclass():
 
 def test_constant_kind_measured_in_chunks_as_whole(monkeypatch):
     import casedb.judge.compare as cmp
-    from casedb.run.execute import _constant_kind
+    from casedb.judge.execution import _constant_kind
 
     tol = (1.3e-6, 1e-5)
     tensors = {"zero": torch.full((5, 7), 1e-6), "constant": torch.full((5, 7), 3.0),

@@ -6,7 +6,8 @@ import torch
 
 from casedb.run import execute
 from casedb.judge.compare import compare
-from casedb.run.execute import judge, run_case
+from casedb.judge.verdict import judge
+from casedb.run.execute import run_case
 from casedb.cases.materialize import materialize
 from casedb.judge.numerics import Policy, Rule, Tolerance
 from casedb.judge.selectors import case_norms

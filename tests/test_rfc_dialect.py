@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from casedb.cases import input_specs, spec as casespec, safe_eval, valid_inputs
+from casedb.judge.verdict import judge
 from casedb.run import execute
 from casedb.judge.numerics import Policy
 from casedb.store.database import Store
@@ -181,7 +182,7 @@ def _run_all(db_path, model):
             ex = execute.run_case(case, device="cpu", backend="eager", load_blob=store.load_blob)
             occ = {**r, "defaults": store.models_defaults(r["model"])}
             tolerances = {d: (t.rtol, t.atol) for d, t in Policy().tolerances(occ, case, ex.dtypes()).items()}
-            verdict = execute.judge(ex, tolerances=tolerances, expects_error=r["expects_error"])
+            verdict = judge(ex, tolerances=tolerances, expects_error=r["expects_error"])
             out[r["name"]] = (verdict, ex.comparison(tolerances=tolerances))
     return out
 
@@ -231,7 +232,7 @@ def test_getitem_indexes_the_sequence(op, index, expect):
         assert [t.tolist() for t in got] == [t.tolist() for t in want]
     else:
         assert torch.equal(got, want)
-    assert execute.judge(ex, rtol=0, atol=0).outcome == "passed"
+    assert judge(ex, rtol=0, atol=0).outcome == "passed"
 
 
 # --------------------------------------------------------------- 4. the invalid-input checker

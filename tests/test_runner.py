@@ -152,8 +152,8 @@ def test_plan_dedupe_groups_occurrences_and_no_dedupe_keeps_them(db):
     from casedb.judge.numerics import Policy
 
     # each occurrence is judged with its own model's tolerance (the manifest default for fp16)
-    rtol = lambda it, o: Policy().tolerance(o, it.case, "float16").rtol  # noqa: E731
-    assert [(it.id, [(o["model"], o["name"], rtol(it, o)) for o in it.occurrences]) for it in plan] == [
+    rtol = lambda it, o: Policy().tolerance(vars(o), it.case, "float16").rtol  # noqa: E731
+    assert [(it.id, [(o.model, o.name, rtol(it, o)) for o in it.occurrences]) for it in plan] == [
         (f"torch.add-4x64,4x64-fp16-{sigs['add'][:10]}", [("ra", "add", 1e-3), ("rb", "add_b", 0.5)]),
         (f"torch.mul-4x64,4x64-fp16-{sigs['mul'][:10]}", [("ra", "mul", 1e-3)]),
         (f"torch.relu-8x64-fp16-{sigs['relu'][:10]}", [("ra", "relu", 1e-3)]),
@@ -161,7 +161,7 @@ def test_plan_dedupe_groups_occurrences_and_no_dedupe_keeps_them(db):
         (f"torch.neg-4x64-fp16-{sigs['neg'][:10]}", [("rb", "neg", 0.5)]),
     ]
     assert [it.id for it in flat] == ["ra-add", "ra-mul", "ra-relu", "ra-skip_cpu", "rb-add_b", "rb-neg"]
-    assert [it.key for it in flat][:1] == [(sigs["add"], flat[0].occurrences[0]["model_case_id"])]
+    assert [it.key for it in flat][:1] == [(sigs["add"], flat[0].occurrences[0].model_case_id)]
 
 
 def test_shards_partition_the_cases_stably():

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from casedb.cases import spec as casespec, valid_inputs
 from casedb.scan import scanner as scan
-from casedb.run.execute import judge, run_case
+from casedb.judge.verdict import judge
+from casedb.run.execute import run_case
 from casedb.cli import app
 from importers import scan_jsonl
 

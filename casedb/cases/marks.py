@@ -1,4 +1,4 @@
-"""Derived marks (the RFC's pytest.ini markers) and marker-expression matching.
+"""Derived marks (the RFC's pytest.ini markers) and matching ``-m`` / ``-k`` expressions.
 
 Derived marks are computed from what a case executes, so every model that contains the case
 gets the same marks. Exact rules, over every tensor argument (positional, keyword, and each
@@ -19,7 +19,7 @@ Hand-written marks from a manifest are kept beside these (on the model occurrenc
 
 from __future__ import annotations
 
-import ast
+import itertools
 import re
 
 from casedb.cases import dtypes
@@ -86,74 +86,103 @@ def _is_number(text: str) -> bool:
     return text in ("True", "False", "inf", "-inf", "nan") or bool(re.fullmatch(r"-?[0-9.e+-]+", text))
 
 
-# What a marker expression may hold: Python's parser recurses per `not` and parenthesis (10^5 of
-# them: RecursionError or MemoryError), and so does matching; real expressions are a few dozen
-# characters and a few levels deep.
+# What an expression may hold: pytest's parser recurses per `not` and parenthesis (10^5 of them:
+# RecursionError or MemoryError, which killed workers); real expressions are a few dozen characters
+# and a few levels deep.
 MAX_EXPRESSION_CHARS = 4096
 MAX_EXPRESSION_DEPTH = 64
 
 
 class MarkExpression:
-    """A pytest-style ``-m`` expression (names, and/or/not, parentheses) matched against marks;
-    at most :data:`MAX_EXPRESSION_CHARS` characters and :data:`MAX_EXPRESSION_DEPTH` levels."""
+    """A ``-m`` expression (names, and/or/not, parentheses) matched against marks, parsed by
+    pytest's own parser (``_pytest.mark.expression``: one grammar for casedb and pytest); at most
+    :data:`MAX_EXPRESSION_CHARS` characters and :data:`MAX_EXPRESSION_DEPTH` levels."""
+
+    what = "marker expression"
+    names = "mark names"
 
     def __init__(self, text: str):
         self.text = text.strip()
-        self._tree = None
+        self._expr = None
         if self.text:
             if len(self.text) > MAX_EXPRESSION_CHARS:
-                raise ValueError(f"marker expression {_shown(self.text)} is {len(self.text)} characters long; "
+                raise ValueError(f"{self.what} {_shown(self.text)} is {len(self.text)} characters long; "
                                  f"at most {MAX_EXPRESSION_CHARS}")
             try:
-                tree = ast.parse(self.text, mode="eval")
-            except SyntaxError as e:
-                raise ValueError(f"bad marker expression {text!r}: {e.msg}") from None
-            except (RecursionError, MemoryError):
-                tree = None
-            if tree is None or _depth(tree) > MAX_EXPRESSION_DEPTH:
-                raise ValueError(f"marker expression {_shown(self.text)} nests more than {MAX_EXPRESSION_DEPTH} "
+                idents, depth = _scan(self.text)
+                if depth <= MAX_EXPRESSION_DEPTH:
+                    self._expr = _pytest_expression().Expression.compile(self.text)
+            except SyntaxError:  # (pytest's own words name tokens, not what to write)
+                raise ValueError(f"bad {self.what} {text!r}: only {self.names}, and, or, not and "
+                                 "parentheses") from None
+            if self._expr is None:
+                raise ValueError(f"{self.what} {_shown(self.text)} nests more than {MAX_EXPRESSION_DEPTH} "
                                  "levels of not, and, or and parentheses; write it flatter")
-            for node in ast.walk(tree):
-                if not isinstance(node, (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp,
-                                         ast.Not, ast.Name, ast.Load)):
-                    raise ValueError(
-                        f"bad marker expression {text!r}: only mark names, and, or, not and parentheses"
-                    )
-            self._tree = tree.body
+            self._idents = idents
 
     def idents(self) -> set[str]:
-        """The mark names the expression mentions."""
-        return {n.id for n in ast.walk(self._tree) if isinstance(n, ast.Name)} if self._tree is not None else set()
+        """The names the expression mentions."""
+        return set(self._idents) if self._expr is not None else set()
 
     def matches(self, marks) -> bool:
-        if self._tree is None:
+        if self._expr is None:
             return True
-        return _match(self._tree, set(marks))
+        found = set(marks)
+        return self._expr.evaluate(lambda name, /, **kwargs: not kwargs and name in found)
 
 
-def _depth(tree) -> int:
-    """How deep the tree nests (iteratively: a deep tree is what this guards against)."""
-    deepest, stack = 0, [(tree, 1)]
-    while stack:
-        node, d = stack.pop()
-        deepest = max(deepest, d)
-        if d <= MAX_EXPRESSION_DEPTH:  # (deeper is refused whatever lies below)
-            stack += [(child, d + 1) for child in ast.iter_child_nodes(node)]
-    return deepest
+class KeywordExpression(MarkExpression):
+    """A ``-k`` expression matched as pytest matches one: a name matches when it is a substring
+    of one of the words, ignoring case."""
+
+    what = "keyword expression"
+    names = "names"
+
+    def matches(self, words) -> bool:
+        if self._expr is None:
+            return True
+        lowered = [str(w).lower() for w in words]
+        return self._expr.evaluate(lambda name, /, **kwargs: not kwargs and any(name.lower() in w for w in lowered))
+
+
+def _scan(text: str) -> tuple[set[str], int]:
+    """(the names, how deep ``not`` and parentheses nest) by pytest's lexer, which does not
+    recurse; raises SyntaxError as pytest's parser would for a bad token."""
+    pe = _pytest_expression()
+    kinds = pe.TokenType
+    scanner = pe.Scanner(text)
+    names: set[str] = set()
+    deepest = level = 0
+    opened: list[int] = []  # the level inside each open parenthesis
+    for tok in itertools.chain([scanner.current], scanner.tokens):
+        if tok.type is kinds.NOT:
+            level += 1
+        elif tok.type is kinds.LPAREN:
+            level += 1
+            opened.append(level)
+        elif tok.type is kinds.RPAREN:
+            if opened:
+                opened.pop()
+            level = opened[-1] if opened else 0
+        elif tok.type is kinds.IDENT:
+            names.add(tok.value)
+            level = opened[-1] if opened else 0
+        deepest = max(deepest, level)
+        if deepest > MAX_EXPRESSION_DEPTH:
+            break
+    return names, deepest
+
+
+def _pytest_expression():
+    """pytest's expression module, imported when an expression is first parsed: importing it
+    loads much of pytest (~0.2 s), which the commands that parse none need not pay."""
+    from _pytest.mark import expression
+
+    return expression
 
 
 def _shown(text: str) -> str:
     return repr(text) if len(text) <= 80 else f"{text[:60]!r}..."
-
-
-def _match(node, marks: set) -> bool:
-    if isinstance(node, ast.Name):
-        return node.id in marks
-    if isinstance(node, ast.UnaryOp):
-        return not _match(node.operand, marks)
-    if isinstance(node.op, ast.And):
-        return all(_match(v, marks) for v in node.values)
-    return any(_match(v, marks) for v in node.values)
 
 
 def unknown_marks(markexpr: str, known) -> str | None:

@@ -20,7 +20,8 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and
   ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
-* ``mode="bits"``: bit-identical (determinism: same NaN payloads, ``-0.0 != 0.0``).
+* ``mode="bits"``: bit-identical (same NaN payloads, ``-0.0 != 0.0``): the determinism check
+  (``--check-determinism``) compares the target's two runs so.
 
 Tolerances: ``rtol``/``atol`` for every part, or per dtype in ``tolerances``
 (``{"float32": [rtol, atol], ...}``, keyed by the reference tensor's dtype; Python scalars use
@@ -546,8 +547,3 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     if t.dtype.is_floating_point:
         return t.view(_INT_OF_SIZE[t.element_size()])
     return t
-
-
-def bitwise_equal(a: Any, b: Any) -> Comparison:
-    """Whether two results are bit-identical (the determinism check)."""
-    return compare(a, b, mode="bits")

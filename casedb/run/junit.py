@@ -61,16 +61,16 @@ def signature(op: str, inputs: list) -> dict:
 def capability_properties(item, device: str | None = None, outcome: str | None = None) -> list[tuple[str, str]]:
     """``(name, value)`` JUnit properties of one plan item (casedb.run.plan.PlanItem)."""
     compact = {"separators": (",", ":")}
-    models = list(dict.fromkeys(o["model"] for o in item.occurrences))
+    models = list(dict.fromkeys(o.model for o in item.occurrences))
     out = [("tag", f"model__{m}") for m in models]
-    name = capability_name(item.head["op"])
+    name = capability_name(item.op)
     if not name.startswith("torch.") or not models:
         return out
-    sig = signature(item.head["op"], item.inputs)
+    sig = signature(item.op, item.inputs)
     out += [("capability.test_type", "model_ops"), ("capability.subject", models[0]), ("capability.name", name),
             ("capability.sig.input_shapes", json.dumps(sig["input_shapes"], **compact)),
             ("capability.sig.input_dtypes", json.dumps(sig["input_dtypes"], **compact))]
-    out += [("capability.tag", o["name"]) for o in item.occurrences]
+    out += [("capability.tag", o.name) for o in item.occurrences]
     if sig["input_strides"]:
         out.append(("capability.prop.input_strides", json.dumps(sig["input_strides"], **compact)))
     if device:

@@ -14,12 +14,27 @@ from dataclasses import dataclass, field
 
 from casedb.cases import dtypes
 from casedb.cases import marks as marks_mod
-from casedb.names import model_mark  # noqa: F401 (defined in casedb.names; the plugin imports it from here)
-from casedb.run.runspec import parse_shard  # noqa: F401 (part of the plan's vocabulary)
 from casedb.serial import loads
 
 SMOKE_SIZE = 3
 TEST_NAME = "test_model_op"
+
+
+@dataclass
+class Occurrence:
+    """One model's use of a planned case: how that model judges it."""
+
+    model_case_id: int | None
+    model: str
+    name: str
+    rtol: float | None = None              # the case's own tolerances (None: not written)
+    atol: float | None = None
+    defaults: dict = field(default_factory=dict)  # the manifest's default dtype, rtol, atol
+    skip_if: list | None = None            # conditions ({expr, reason}) that skip it
+    expects_error: dict | None = None      # {type, match}, or per side ({ref: ..., <device>: ...})
+    xfail: dict | None = None              # a condition ({expr, reason}) under which it is expected to fail
+    marks: list[str] = field(default_factory=list)  # derived and hand-written
+    source: str | None = None              # manifest file:line
 
 
 @dataclass
@@ -28,39 +43,39 @@ class PlanItem:
 
     id: str
     signature: str
-    head: dict                 # op, dtype, seed, shapes (text), attrs
+    op: str
+    dtype: str                 # the case's dtype (canonical name)
+    seed: int | None
+    shapes: str                # the input shapes as text (display only)
+    attrs: dict                # keyword arguments (RFC items)
     inputs: list               # the case's input specs (RFC items)
-    occurrences: list[dict]    # model_case_id, model, name, own rtol/atol, defaults (the manifest's dtype, rtol,
-                               # atol), skip_if, expects_error, xfail, marks, source
+    occurrences: list[Occurrence]
     marks: list[str]           # union of the occurrences' marks (derived + hand-written)
     dedupe: bool = True
 
     @property
     def case(self) -> dict:
         """The normalized case, as the execution core takes it."""
-        return {**self.head, "signature": self.signature, "inputs": self.inputs}
-
-    @property
-    def op(self) -> str:
-        return self.head["op"]
+        return {"op": self.op, "dtype": self.dtype, "seed": self.seed, "shapes": self.shapes, "attrs": self.attrs,
+                "signature": self.signature, "inputs": self.inputs}
 
     @property
     def key(self) -> tuple:
         """What "already done in this run" is keyed by (resume, exactly-once)."""
-        return (self.signature, None if self.dedupe else self.occurrences[0]["model_case_id"])
+        return (self.signature, None if self.dedupe else self.occurrences[0].model_case_id)
 
     @property
     def models(self) -> list[str]:
-        return list(dict.fromkeys(o["model"] for o in self.occurrences))
+        return list(dict.fromkeys(o.model for o in self.occurrences))
 
     @property
     def names(self) -> list[str]:
-        return list(dict.fromkeys(o["name"] for o in self.occurrences))
+        return list(dict.fromkeys(o.name for o in self.occurrences))
 
     @property
     def numel(self) -> int:
         """Elements the case's input tensors hold in all."""
-        return sum(math.prod(t["shape"]) for t in marks_mod.iter_tensors(self.inputs, self.head["attrs"]))
+        return sum(math.prod(t["shape"]) for t in marks_mod.iter_tensors(self.inputs, self.attrs))
 
     def fits(self, max_numel: int) -> bool:
         """True when the case's inputs hold at most `max_numel` elements in all, and its outputs
@@ -131,18 +146,17 @@ def _safe_id(text: str) -> str:
 def _assign_ids(items: list[PlanItem]) -> None:
     for it in items:
         if it.dedupe:
-            h = it.head
-            it.id = _safe_id(f"{op_label(h['op'])}-{shape_label(it.inputs, h['attrs'])}-"
-                             f"{dtypes.short(h['dtype'])}-{it.signature[:10]}")
+            it.id = _safe_id(f"{op_label(it.op)}-{shape_label(it.inputs, it.attrs)}-"
+                             f"{dtypes.short(it.dtype)}-{it.signature[:10]}")
         else:
             o = it.occurrences[0]
-            it.id = _safe_id(f"{o['model']}-{o['name']}")
+            it.id = _safe_id(f"{o.model}-{o.name}")
     seen: dict[str, int] = {}
     for it in items:
         seen[it.id] = seen.get(it.id, 0) + 1
     for it in items:
         if seen[it.id] > 1:  # only when two ids collide: keep every id unique and stable
-            it.id = f"{it.id}-{it.signature[:16]}-{it.occurrences[0]['model_case_id']}"
+            it.id = f"{it.id}-{it.signature[:16]}-{it.occurrences[0].model_case_id}"
 
 
 def param_id(nodeid: str) -> str | None:
@@ -182,17 +196,16 @@ def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, s
         marks = loads(marks)
         if model not in defaults_of:
             defaults_of[model] = {k: v for k, v in (loads(defaults) or {}).items() if k in ("dtype", "rtol", "atol")}
-        occ = {"model_case_id": mcid, "model": model, "name": name, "rtol": rtol, "atol": atol,
-               "defaults": defaults_of[model], "skip_if": loads(skip_if), "expects_error": loads(expects),
-               "xfail": loads(xfail), "marks": marks, "source": source}
+        occ = Occurrence(model_case_id=mcid, model=model, name=name, rtol=rtol, atol=atol,
+                         defaults=defaults_of[model], skip_if=loads(skip_if), expects_error=loads(expects),
+                         xfail=loads(xfail), marks=marks, source=source)
         if dedupe and sig in by_sig:
             it = by_sig[sig]
             it.occurrences.append(occ)
             it.marks = sorted(set(it.marks) | set(marks))
             continue
-        head = {"op": op, "dtype": dtype, "seed": seed, "shapes": shapes, "attrs": loads(attrs) or {}}
-        it = PlanItem(id="", signature=sig, head=head, inputs=loads(inputs) or [], occurrences=[occ],
-                      marks=marks, dedupe=dedupe)
+        it = PlanItem(id="", signature=sig, op=op, dtype=dtype, seed=seed, shapes=shapes, attrs=loads(attrs) or {},
+                      inputs=loads(inputs) or [], occurrences=[occ], marks=marks, dedupe=dedupe)
         items.append(it)
         if dedupe:
             by_sig[sig] = it

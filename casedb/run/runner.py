@@ -19,11 +19,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from casedb.store import history
-from casedb import triage
+import pytest
+
+from casedb.cases import marks
 from casedb.errors import CasedbError
+from casedb.run.console import Progress
 from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.run.target import TargetError, check_import
+from casedb.store import history
+from casedb.ingest.seed import open_seeded
+from casedb import triage
 
 TEST_FILE = "test_casedb_run.py"
 
@@ -110,22 +115,29 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
     fail-fast come from ``spec``, and its ``--import`` modules must be given again) — every case
     it has no result for runs exactly once.
     """
-    import pytest
+    db_path, max_cases = _check_store(spec, db, resume)
+    spec, run_id = _start(spec, db_path, resume)
+    code, text = _session(spec, db_path, run_id, max_cases, Progress(console, enabled=progress))
+    return _finish(db_path, run_id, code, text)
 
-    from casedb.ingest.seed import open_seeded
 
-    with open_seeded(db) as store:  # creates / migrates / seeds the default DB before any worker starts
+def _check_store(spec: RunSpec, db, resume: int | None) -> tuple[Path, int]:
+    """(the DB's path, its occurrences): creates, migrates or seeds the default DB before any
+    worker starts, and refuses unknown models and marks."""
+    with open_seeded(db) as store:
         db_path = store.path.resolve()
         if resume is None:
             for m in spec.models:
                 store.model(m)
             if spec.markexpr:  # pytest >= 9.2 refuses an unknown mark in -m; say so first, on any version
-                from casedb.cases import marks
-
                 problem = marks.unknown_marks(spec.markexpr, store.mark_names() | set(marks.DERIVED))
                 if problem:
                     raise CasedbError(problem)
-        max_cases = store.stats()["occurrences"]
+        return db_path, store.stats()["occurrences"]
+
+
+def _start(spec: RunSpec, db_path: Path, resume: int | None) -> tuple[RunSpec, int]:
+    """(the checked spec, the run id): a new run, or run ``resume`` reopened."""
     conn = history.connect(db_path)
     try:
         if resume is not None:
@@ -137,23 +149,22 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
         if spec.triage:  # checked before anything runs: a typo'd key is exit 2, not a silent no-op
             with open_seeded(db_path) as store:
                 triage.require_clean(spec.triage, store)
-        if not spec.models and resume is None:
-            # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest
-            # run keeps the set it had)
-            spec.all_models = True
-        if resume is None:
-            run_id = history.start_run(
-                conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},
-                args=sys.argv[1:], device=spec.device, backend=spec.backend)
-        else:
-            run_id = resume
-            history.reopen_run(conn, run_id)
+        if resume is not None:
+            history.reopen_run(conn, resume)
+            return spec, resume
+        # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest
+        # run keeps the set it had)
+        spec.all_models = spec.all_models or not spec.models
+        run_id = history.start_run(
+            conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},
+            args=sys.argv[1:], device=spec.device, backend=spec.backend)
+        return spec, run_id
     finally:
         conn.close()
 
-    from casedb.run.console import Progress
 
-    ui = Progress(console, enabled=progress)
+def _session(spec: RunSpec, db_path: Path, run_id: int, max_cases: int, ui: Progress) -> tuple[int, str]:
+    """Run the pytest session; (its exit code, its output)."""
     with tempfile.TemporaryDirectory(prefix="casedb-run-") as tmp:
         workdir = Path(tmp)
         (workdir / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
@@ -167,8 +178,12 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
                 code = pytest.main(args, plugins=[ui])
             finally:
                 ui.stop()
-        text = log.read_text(encoding="utf-8", errors="replace")
-    code = int(code)
+        return int(code), log.read_text(encoding="utf-8", errors="replace")
+
+
+def _finish(db_path: Path, run_id: int, code: int, text: str) -> dict:
+    """The run's summary; a run the session never closed is closed as interrupted; raises when
+    the target was unusable or pytest could not run the session."""
     conn = history.connect(db_path)
     try:
         run_row = history.get_run(conn, run_id)

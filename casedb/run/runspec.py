@@ -21,6 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from casedb.errors import CasedbError
+from casedb.judge import numerics
 
 SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
@@ -74,7 +75,8 @@ def opt(default, flag: Flag, factory=None):
     return field(default=default, metadata=meta)
 
 
-def _default_backend() -> str:
+def default_backend() -> str:
+    """The backend a run uses unless told: env TEST_COMPILE_BACKEND, else inductor."""
     return os.environ.get("TEST_COMPILE_BACKEND") or "inductor"
 
 
@@ -135,10 +137,10 @@ class RunSpec:
     check_determinism: bool = opt(False, Flag(
         "Run the target twice; require identical bits.",
         cli=("--check-determinism",), pytest="--casedb-check-determinism", target=True))
-    judge: str = opt("both", Flag(
+    judge: str = opt(numerics.DEFAULT_JUDGE, Flag(
         "How a result is judged: tolerance (rtol/atol per output dtype), ulp (error against a high-precision "
         "CPU reference, in ULPs, relative to the CPU reference's own) or both (default; see casedb.judge.numerics).",
-        cli=("--judge",), pytest="--casedb-judge", target=True, choices=("tolerance", "ulp", "both")))
+        cli=("--judge",), pytest="--casedb-judge", target=True, choices=numerics.JUDGES))
     replace_device: bool = opt(True, Flag(
         "Give device strings recorded in cases (cuda:0) the target device (default), or keep them as written.",
         cli=("--device-replace",), pytest="--casedb-device-replace", rfc="--device-replace", target=True))
@@ -159,7 +161,7 @@ class RunSpec:
     def __post_init__(self):
         # the one place the default backend is decided
         if self.backend is None:
-            self.backend = _default_backend()
+            self.backend = default_backend()
         self.models = list(self.models or [])
         self.imports = list(self.imports or [])
 

@@ -15,32 +15,39 @@ import importlib.util
 import os
 import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
-from casedb.cases import dtypes, valid_inputs
 from casedb import outcomes
+from casedb.cases import dtypes, valid_inputs
+from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
-from casedb.run.runspec import RunSpec, spec_fields
+from casedb.judge import numerics
+from casedb.judge.numerics import DEFAULT_JUDGE
+from casedb.run.plan import Occurrence
+from casedb.run.runspec import RunSpec, default_backend
+from casedb import triage as triage_mod
 
 
-def _target_class():
-    """Target: the RunSpec fields marked ``target`` (device, backend, judge ...), as a dataclass."""
-    from dataclasses import field, make_dataclass
+@dataclass
+class Target:
+    """Where and how the cases run (the same for every case of a run): the RunSpec fields flagged
+    ``target``, with their defaults (tests/test_run_layout.py keeps the two in step)."""
 
-    specs = [(f.name, f.type, field(default_factory=lambda n=f.name: getattr(RunSpec(), n)))
-             for f, flag in spec_fields() if flag.target]
+    device: str | None = None
+    backend: str = field(default_factory=default_backend)
+    imports: list = field(default_factory=list)
+    reference_dtype: str | None = None
+    check_determinism: bool = False
+    judge: str = DEFAULT_JUDGE
+    replace_device: bool = True
+    arch: str | None = None
+    threads: int | None = None
 
-    def from_spec(cls, spec: RunSpec):
-        return cls(**{name: getattr(spec, name) for name, _, _ in specs})
-
-    return make_dataclass("Target", specs, namespace={
-        "from_spec": classmethod(from_spec),
-        "__doc__": "Where and how the cases run (the same for every case of a run): RunSpec's target fields."})
-
-
-Target = _target_class()
+    @classmethod
+    def from_spec(cls, spec: RunSpec) -> "Target":
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
 
 
 class TargetError(CasedbError):
@@ -71,7 +78,7 @@ def _local_file(name: str) -> Path | None:
 def import_module(name: str):
     """Import a module by name, or a ``.py`` file by path (for ops registered in a local file);
     the op namespaces it registers become callable by cases (:func:`casedb.cases.dispatcher.credit`)."""
-    from casedb.cases import dispatcher
+    from casedb.cases import dispatcher  # (imports torch: only the processes that run cases pay for it)
 
     before = dispatcher.namespaces()
     module = _import(name)
@@ -132,9 +139,9 @@ def prepare_target(target: Target) -> Target:
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         if "torch._inductor.config" in sys.modules:
             sys.modules["torch._inductor.config"].compile_threads = 1
-    import torch
+    import torch  # (here and below: the controller process never imports torch)
 
-    from casedb.run import execute
+    from casedb.run import backend, execute
 
     execute.watch_interrupts()
     if target.threads:
@@ -147,7 +154,7 @@ def prepare_target(target: Target) -> Target:
         raise TargetError(f"device {device!r} cannot be used: {type(e).__name__}: {e} "
                           "(give --device cpu, cuda, cuda:1, or a backend's device after --import of its module)") from None
     try:
-        execute.check_backend(target.backend)
+        backend.check_backend(target.backend)
     except ValueError as e:
         raise TargetError(str(e)) from None
     if target.reference_dtype is not None:
@@ -196,26 +203,25 @@ def condition_env(target: Target, case: dict, model: str | None) -> dict:
 
 
 def _first_true(conditions, env) -> str | None:
-    from casedb.cases.safe_eval import evaluate_condition
-
     for cond in conditions or ():
         if evaluate_condition(cond["expr"], env):
             return cond.get("reason") or cond["expr"]
     return None
 
 
-def _judgement(occ: dict, outcome: str, reason: str, *, rtol=None, atol=None, stage=None, triaged=None) -> dict:
+def _judgement(occ: Occurrence, outcome: str, reason: str, *, rtol=None, atol=None, stage=None,
+               triaged=None) -> dict:
     triaged = triaged or {}
-    return {"model_case_id": occ["model_case_id"], "model": occ["model"], "name": occ["name"],
-            "outcome": outcome, "reason": reason, "rtol": rtol if rtol is not None else occ.get("rtol"),
-            "atol": atol if atol is not None else occ.get("atol"), "stage": stage,
+    return {"model_case_id": occ.model_case_id, "model": occ.model, "name": occ.name,
+            "outcome": outcome, "reason": reason, "rtol": rtol if rtol is not None else occ.rtol,
+            "atol": atol if atol is not None else occ.atol, "stage": stage,
             "triage": triaged.get("triage"), "triage_where": triaged.get("where")}
 
 
-def triage_case(item, occ: dict) -> dict:
+def triage_case(item, occ: Occurrence) -> dict:
     """What a triage entry selects a case by: its model, name, op, signature, dtype and marks."""
-    return {"model": occ["model"], "name": occ["name"], "op": item.op, "signature": item.signature,
-            "dtype": item.case["dtype"], "marks": occ.get("marks") or []}
+    return {"model": occ.model, "name": occ.name, "op": item.op, "signature": item.signature,
+            "dtype": item.dtype, "marks": occ.marks or []}
 
 
 def triage_target(target) -> dict:
@@ -224,8 +230,6 @@ def triage_target(target) -> dict:
 
 def _triaged(triage, entry, outcome: str, reason: str, stage: str | None) -> tuple[str, str, dict]:
     """(outcome, reason, the triage reading) of a raw verdict under the run's triage files."""
-    from casedb import triage as triage_mod
-
     t = triage_mod.verdict(entry, outcome, stage=stage, unlisted=triage.unlisted if triage else "unspecified")
     out, why = t["outcome"] or outcome, reason
     if out != outcome and t["reason"]:
@@ -244,10 +248,37 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     tolerances casedb.judge.numerics gives it (``rules``: tolerance rules) and read under the run's
     triage files (``triage``: a casedb.triage.entries.Triage); returns the payload the recording process
     stores (JSON-safe): outcome, reason, result row, judgements."""
+    # (both import torch: only the processes that run cases pay for it)
+    from casedb.judge.verdict import judge
     from casedb.run import execute
-    from casedb.judge import numerics
-    from casedb import triage as triage_mod
 
+    judgements, active = _active_occurrences(item, target, triage)
+    if not active:
+        reasons = sorted({j["reason"] for j in judgements})
+        return {"outcome": "skipped", "reason": "; ".join(reasons), "result": None,
+                "judgements": judgements, "device": target.device}
+    invalid = valid_inputs.problems(item.case)
+    if invalid:
+        return _invalid_payload(invalid, active, judgements, target)
+    ex = execute.run_case(item.case, device=target.device, backend=target.backend, load_blob=load_blob,
+                          reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
+                          replace_device=target.replace_device, high_precision=target.judge != "tolerance")
+    policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
+    found = ex.dtypes() or [item.dtype]
+    verdicts = []
+    for occ, env, entry in active:
+        xfail = _first_true([occ.xfail] if occ.xfail else None, env)
+        v = judge(ex, tolerances=policy.tolerances(vars(occ), item.case, found), judge=target.judge,
+                  expects_error=occ.expects_error, xfail=xfail)
+        v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage)
+        verdicts.append((occ, v))
+        judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
+    return _executed_payload(ex, verdicts, judgements)
+
+
+def _active_occurrences(item, target, triage) -> tuple[list, list]:
+    """(judgements of the occurrences that do not run: skipped by their triage entry or skip_if,
+    (occurrence, condition env, triage entry) of those that do)."""
     judgements, active = [], []
     for occ, entry in zip(item.occurrences, triage_entries(item, triage, triage_target(target))):
         if entry is not None and not entry.runs:  # exclude: not judged; not_supported: skipped, never run
@@ -255,38 +286,27 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
             if t["outcome"] == "skipped":
                 judgements.append(_judgement(occ, "skipped", t["reason"], triaged=t))
             continue
-        env = condition_env(target, item.case, occ["model"])
-        why = _first_true(occ.get("skip_if"), env)
+        env = condition_env(target, item.case, occ.model)
+        why = _first_true(occ.skip_if, env)
         if why:
             judgements.append(_judgement(occ, "skipped", why))
         else:
             active.append((occ, env, entry))
-    if not active:
-        reasons = sorted({j["reason"] for j in judgements})
-        return {"outcome": "skipped", "reason": "; ".join(reasons), "result": None,
-                "judgements": judgements, "device": target.device}
-    invalid = valid_inputs.problems(item.case)
-    if invalid:
-        # the case's own fault (`casedb check` lists it): never run it — on a device an index out of
-        # bounds can take the worker down — and report it with the bad cases, apart from the backend's
-        reason = f"invalid case (casedb check): {'; '.join(invalid)}"
-        judgements += [_judgement(occ, "ref_error", reason, stage="input build") for occ, _, _ in active]
-        return {"outcome": "ref_error", "reason": reason, "judgements": judgements, "device": target.device,
-                "result": {"outcome": "ref_error", "reason": reason, "stage": "input build",
-                           "error_type": "InvalidCase", "error_message": reason}}
-    ex = execute.run_case(item.case, device=target.device, backend=target.backend, load_blob=load_blob,
-                          reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
-                          replace_device=target.replace_device, high_precision=target.judge != "tolerance")
-    policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
-    dtypes = ex.dtypes() or [item.case["dtype"]]
-    verdicts = []
-    for occ, env, entry in active:
-        xfail = _first_true([occ["xfail"]] if occ.get("xfail") else None, env)
-        v = execute.judge(ex, tolerances=policy.tolerances(occ, item.case, dtypes), judge=target.judge,
-                          expects_error=occ.get("expects_error"), xfail=xfail)
-        v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage)
-        verdicts.append((occ, v))
-        judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
+    return judgements, active
+
+
+def _invalid_payload(invalid: list[str], active: list, judgements: list, target) -> dict:
+    """The case's own fault (`casedb check` lists it): never run it — on a device an index out of
+    bounds can take the worker down — and report it with the bad cases, apart from the backend's."""
+    reason = f"invalid case (casedb check): {'; '.join(invalid)}"
+    judgements += [_judgement(occ, "ref_error", reason, stage="input build") for occ, _, _ in active]
+    return {"outcome": "ref_error", "reason": reason, "judgements": judgements, "device": target.device,
+            "result": {"outcome": "ref_error", "reason": reason, "stage": "input build",
+                       "error_type": "InvalidCase", "error_message": reason}}
+
+
+def _executed_payload(ex, verdicts: list, judgements: list) -> dict:
+    """The payload of an executed item: its result row is the worst occurrence's verdict."""
     occ, v = min(verdicts, key=lambda ov: outcomes.severity(ov[1].outcome))
     vd = v.to_dict()
     result = {k: vd.get(k) for k in _RESULT_FROM_VERDICT}
@@ -299,7 +319,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     metrics = {k: vd[k] for k in vd if k not in _RESULT_FROM_VERDICT and k not in ("outcome", "reason")}
     metrics.update({k: exd[k] for k in ("t_setup", "t_ref_hi", "reference_dtype", "mutated", "determinism_detail",
                                         "backend_calls", "graph_ops", "lowering", "not_exercised", "notes")})
-    metrics["judged_for"] = f"{occ['model']}::{occ['name']}"
+    metrics["judged_for"] = f"{occ.model}::{occ.name}"
     result["metrics"] = metrics
     return {"outcome": v.outcome, "reason": v.reason, "result": result, "judgements": judgements,
             "device": ex.device}

@@ -284,10 +284,10 @@ class Store:
             params += [op, f"%{op}%"]
         expr = marks_mod.MarkExpression(markexpr if markexpr is not None else
                                         (marks_mod.DEFAULT_EXCLUDE if show_excluded else ""))
-        kw = keyword.lower() if keyword else None
+        kw = marks_mod.KeywordExpression(keyword or "")
         out = []
         for row in self._occ_where(" AND ".join(where) or "1", params):
-            if kw and kw not in f"{row['name']} {row['op']} {row['model']}".lower():
+            if not kw.matches((row["name"], row["op"], row["model"])):
                 continue
             if expr.matches(row["marks"]) == show_excluded:
                 continue

@@ -178,7 +178,7 @@ class Recorder:
         """Store a payload (casedb.run.target.execute_item's, or a lost_payload) in one transaction;
         False when this run already has the item (exactly once). An occurrence deleted since the
         run planned it (``import --replace`` in another process) is recorded without its link."""
-        mcid = None if item.dedupe else item.occurrences[0]["model_case_id"]
+        mcid = None if item.dedupe else item.occurrences[0].model_case_id
         try:
             return self._record(item, payload, mcid, duration, worker, test_id)
         except sqlite3.IntegrityError:

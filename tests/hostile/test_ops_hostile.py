@@ -14,8 +14,9 @@ import uuid
 
 import pytest
 
+from casedb.judge.verdict import judge
 from casedb.names import normalize_op
-from casedb.run.execute import judge, run_case
+from casedb.run.execute import run_case
 from casedb.cases.ops import UnsafeOpError, refuse_unsafe
 from casedb.run.target import import_module
 from tests.conftest import rows

@@ -77,7 +77,7 @@ def test_the_recorder_keeps_a_judgement_whose_occurrence_was_deleted_under_it(cl
     assert cli("import", manifest).exit_code == 0
     with Store(db_path) as store:
         item = build_plan(store, ["naps"], dedupe=False)[1]
-    mcid = item.occurrences[0]["model_case_id"]
+    mcid = item.occurrences[0].model_case_id
     con = sqlite3.connect(db_path)
     con.execute("DELETE FROM model_cases WHERE id = ?", [mcid])
     con.commit()

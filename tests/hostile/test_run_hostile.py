@@ -174,7 +174,7 @@ def test_a_run_that_lost_a_result_does_not_report_success(cli, db_path, tmp_path
     real = history.Recorder.record
 
     def lose_the_second(self, item, payload, **kw):
-        if item.occurrences[0]["name"] == "two":
+        if item.occurrences[0].name == "two":
             return False  # the write did not happen
         return real(self, item, payload, **kw)
 

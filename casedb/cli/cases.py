@@ -1,0 +1,206 @@
+"""`casedb` commands over the cases: import, models, cases, show, stats, export.
+
+Each command imports the library module it calls (see casedb.cli.common)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, open_db, stdout
+from casedb.errors import CasedbError
+
+@app.command("import")
+def import_cmd(
+    paths: List[Path] = typer.Argument(..., help="Manifests, scan JSONL or traces; folders are expanded."),
+    format: Optional[str] = typer.Option(None, "--format", "-f", help="Force a format: yaml, scan, kineto, et, oplog."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name (required for traces; overrides the file's)."),
+    level: Optional[str] = typer.Option(None, "--level", help="Trace nesting: top (default, what the model called) or leaf."),
+    sym: Optional[List[str]] = typer.Option(None, "--sym", help="Value of a symbolic size in an operator log, e.g. s0=128 (repeatable)."),
+    strict: bool = typer.Option(False, "--strict", help="Records the store cannot represent, and cases with invalid inputs "
+                                                        "(see casedb check), are an error, not skipped or warned about."),
+    replace: bool = typer.Option(False, "--replace", help="Each imported model's cases become exactly the imported "
+                                                          "ones (cases runs have judged are retired: kept for history)."),
+    allow_outside: bool = typer.Option(False, "--allow-outside", help="Read file: inputs outside the manifest's "
+                                                                      "folder too (only for manifests you trust)."),
+    max_input_mb: Optional[int] = typer.Option(None, "--max-input-mb", min=1,
+                                               help="Largest input file, after decompression, in MiB (default 1024)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Parse, validate and count; write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+):
+    """Import case files into the DB (one transaction: any error leaves it unchanged)."""
+    from casedb.ingest.save import import_paths
+
+    if level is not None and level not in ("top", "leaf"):
+        fail(f"--level must be top or leaf, not {level!r}")
+    symbols = {}
+    for item in sym or []:
+        name, eq, value = item.partition("=")
+        if not eq or not value.strip().lstrip("-").isdigit():
+            fail(f"--sym takes NAME=INT (e.g. s0=128), not {item!r}")
+        symbols[name.strip()] = int(value)
+    try:
+        with open_db() as store:
+            report = import_paths(store, paths, format=format, model=model, dry_run=dry_run, strict=strict,
+                                  replace=replace, options={"level": level, "symbols": symbols or None},
+                                  allow_outside=allow_outside,
+                                  max_bytes=max_input_mb << 20 if max_input_mb else None)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    table = Table(title="dry run: nothing written" if dry_run else None)
+    for col in ("file", "format", "model", "records", "new cases", "duplicates", "skipped"):
+        table.add_column(col, overflow="fold",
+                         justify="right" if col in ("records", "new cases", "duplicates", "skipped") else "left")
+    for f in report.files:
+        table.add_row(f.path, f.format, f.model or "", str(f.records), str(f.new_cases), str(f.duplicates), str(f.skipped))
+    console.print(table)
+    if report.retired or report.removed:
+        console.print(f"--replace: {report.removed} case(s) no longer imported were removed; {report.retired} that "
+                      "runs have judged were retired (kept for history, no longer listed or run)", highlight=False)
+    for f in report.files:
+        if f.their_dedupe:
+            console.print(_their_dedupe_line(f.path, f.their_dedupe), highlight=False, soft_wrap=True)
+        for w in f.warnings:
+            err_console.print(f"warning: {w['where']}: case {w['case']!r}: {w['problem']}", highlight=False,
+                              soft_wrap=True)
+        for s in f.skipped_reasons[:20]:
+            err_console.print(f"skipped {s.get('where')}: {s.get('op')}: {s.get('reason')}", highlight=False)
+        if len(f.skipped_reasons) > 20:
+            err_console.print(f"... and {len(f.skipped_reasons) - 20} more skipped in {f.path} (see --json)")
+
+
+# ----------------------------------------------------------------------------------- listing
+
+@app.command("models")
+def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """List models with their case counts."""
+    rows = from_store(lambda store: store.models())
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table()
+    for col in ("model", "variant of", "cases", "unique", "ops", "calls", "source"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["variant_of"] or "", str(r["cases"]), str(r["unique_cases"]), str(r["ops"]),
+                      str(r["calls"]), r["source"] or "")
+    console.print(table)
+
+
+CASE_KEYS = ("model", "name", "op", "signature", "shapes", "dtype", "marks", "count", "rtol", "atol", "description")
+
+
+@app.command("cases")
+def cases_cmd(
+    model: Optional[List[str]] = typer.Option(None, "--model", help="Only these models (repeatable)."),
+    op: Optional[str] = typer.Option(None, "--op", help="Only this op (exact or substring)."),
+    keyword: Optional[str] = typer.Option(None, "-k", help="Substring of case name, op or model."),
+    markexpr: Optional[str] = typer.Option(None, "-m", help="Marker expression, e.g. 'not constant'."),
+    show_excluded: bool = typer.Option(False, "--show-excluded",
+                                       help="Show the cases the marker expression (default: the RFC's) excludes."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Show at most N."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    """List case occurrences."""
+    rows = from_store(lambda store: store.occurrences(model, op=op, keyword=keyword, markexpr=markexpr,
+                                                      show_excluded=show_excluded), errors=(CasedbError, ValueError))
+    rows = rows[:limit] if limit else rows
+    if as_json:
+        emit_json([{k: r[k] for k in CASE_KEYS} for r in rows])
+        return
+    table = Table()
+    for col in ("model", "name", "op", "inputs", "marks", "sig"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["model"], r["name"], r["op"], r["shapes"], ",".join(r["marks"]), r["signature"][:12])
+    console.print(table)
+    err_console.print(f"{len(rows)} cases")
+
+
+@app.command("show")
+def show_cmd(
+    name: str = typer.Argument(..., help="Case name, model::name, or signature prefix."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    """Show one case: what is executed and where each model uses it."""
+    rows = from_store(lambda store: store.find(name))
+    first = rows[0]
+    detail = {k: first[k] for k in ("signature", "op", "inputs", "attrs", "dtype", "seed", "derived_marks", "shapes")}
+    detail["occurrences"] = [
+        {k: r[k] for k in ("model", "name", "description", "source", "count", "marks", "rtol", "atol",
+                           "skip_if", "expects_error", "xfail")}
+        for r in rows if r["signature"] == first["signature"]
+    ]
+    if as_json:
+        emit_json(detail)
+        return
+    console.print(Text.assemble((detail["op"], "bold"), f"  {detail['shapes']}"), highlight=False)
+    console.print(f"signature {detail['signature']}  dtype {detail['dtype']}  marks {', '.join(detail['derived_marks'])}")
+    console.print_json(json.dumps({"inputs": detail["inputs"], "attrs": detail["attrs"]}))
+    for o in detail["occurrences"]:
+        console.print(f"- {o['model']}::{o['name']} ×{o['count']} rtol={o['rtol']} atol={o['atol']} "
+                      f"marks={','.join(o['marks'])}", highlight=False)
+        if o["description"]:
+            console.print("  " + o["description"].replace("\n", "\n  "), highlight=False)
+
+
+@app.command("stats")
+def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """Counts: models, unique cases, occurrences, duplicates."""
+    s = from_store(lambda store: store.stats())
+    if as_json:
+        emit_json(s)
+        return
+    table = Table(show_header=False)
+    for k, v in s.items():
+        table.add_row(k, str(v))
+    console.print(table)
+
+
+def _their_dedupe_line(path: str, d: dict) -> str:
+    lines = [f"{path}: {d['theirs']} unique by their runner's dedupe (op, repr(args), repr(kwargs), dtype), "
+             f"{d['ours']} by casedb's signatures"]
+    lines += [f"  {why}" for why in d["disagree"]]
+    return "\n".join(lines)
+
+
+@app.command("export")
+def export_cmd(
+    model: str = typer.Option(..., "--model", help="Model to export."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="File to write (default: stdout)."),
+    format: str = typer.Option("yaml", "--format", help="yaml (RFC-0186 manifest), spyre-v2 (the RFC implementation's "
+                                                        "v2 model-ops config) or oplog (operator_inp_logs)."),
+):
+    """Write a model's cases as an RFC YAML manifest (or a v2 model-ops config, or an operator_inp_logs file)."""
+    from casedb.read import export, export_v2
+
+    try:
+        if format not in ("yaml", "oplog", "spyre-v2"):
+            fail(f"--format must be yaml, spyre-v2 or oplog, not {format!r}")
+        with open_db() as store:
+            left_out: list = []
+            if output:
+                n = export.write_file(store, model, output, format, skipped=left_out)
+            else:
+                with stdout() as f:
+                    n = (export.write_yaml(store, model, f) if format == "yaml"
+                         else export_v2.write(store, model, f, notes=left_out) if format == "spyre-v2"
+                         else export.write_oplog(store, model, f, skipped=left_out))
+    except (CasedbError, ValueError) as e:
+        fail(e)
+    for s in left_out:
+        if isinstance(s, str):  # spyre-v2: what the format cannot say exactly
+            err_console.print(f"note: {s}", highlight=False, soft_wrap=True)
+        else:
+            err_console.print(f"not written (oplog cannot express it): {s['case']}: {s['reason']}", highlight=False)
+    if output:
+        err_console.print(f"wrote {n} cases to {output}")
+

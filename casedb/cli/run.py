@@ -1,0 +1,183 @@
+"""`casedb` commands that run things: scan, run, repro, merge (run's options come from RunSpec).
+
+Each command imports the library module it calls (see casedb.cli.common)."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from casedb.cli.common import app, console, emit_json, err_console, fail, open_db, state
+from casedb.errors import CasedbError
+from casedb.run.runspec import SAME, field_default, negative, spec_fields
+
+@app.command("scan")
+def scan_cmd(
+    model: str = typer.Argument(..., help="Recipe name (granite4h, gpt-oss, ...), a recipe .yaml, or a config.json."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Scan JSONL to write (default: data/scans/<model>-<level>.jsonl)."),
+    do_import: bool = typer.Option(False, "--import", help="Also import the scan into the DB."),
+    level: str = typer.Option("torch", "--level", help="torch (what the model code calls) or aten (ATen overloads)."),
+    phase: Optional[List[str]] = typer.Option(None, "--phase", help="prefill or decode (repeatable; default both)."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="Model class for a config.json (default: its architectures)."),
+    path: Optional[str] = typer.Option(None, "--path", help="Scan only this path of the recipe's matrix "
+                                                            "(e.g. static-eager-grouped_mm-b2-s256)."),
+    report: bool = typer.Option(False, "--report", help="Coverage report: ops and unique cases per path, and the "
+                                                        "ops each runtime choice alone brings."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable summary."),
+):
+    """Build a model from its config on the meta device and record every operator call, along
+    every path of its recipe's matrix (cache, attention, experts, batch, sequence length)."""
+    from contextlib import nullcontext
+
+    from casedb.scan.scanner import PHASES, scan_command
+
+    try:
+        with (open_db() if do_import else nullcontext()) as store:
+            summary = scan_command(model, output=output, level=level, phases=phase or PHASES, arch=arch, store=store,
+                                   path=path, report=report)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(summary)
+        return
+    if report:
+        from casedb.scan.report import markdown
+
+        console.print(markdown(summary["report"]), markup=False, highlight=False, soft_wrap=True)
+    for p in summary.get("paths", []):
+        err_console.print(f"  {p['path']}: {p['unique_calls']} unique calls of {p['ops']} ops in {p['seconds']} s",
+                          highlight=False)
+    err_console.print(f"{summary['model']}: {summary['unique_calls']} unique calls of {summary['ops']} ops "
+                      f"({summary['calls']} calls, {summary['skipped']} skipped) in {summary['seconds']} s "
+                      f"-> {summary['output']}", highlight=False)
+    if "import" in summary:
+        t = summary["import"]
+        err_console.print(f"imported: {t['new_cases']} new cases, {t['duplicates']} duplicates", highlight=False)
+
+
+# ------------------------------------------------------------------------------- run / repro
+
+def spec_parameters(*, skip: tuple = (), helps: dict | None = None) -> list[inspect.Parameter]:
+    """`casedb run`'s options, one per RunSpec field that has `casedb run` flags (but ``skip``;
+    ``helps`` rewords a field's help where another command gives it another meaning)."""
+    types = {"list": Optional[List[str]], "bool": bool, "int": int, "float": float, "str": str,
+             "str | None": Optional[str], "int | None": Optional[int]}
+    params = []
+    for f, flag in spec_fields():
+        if not flag.cli or f.name in skip:
+            continue
+        default = field_default(f.name) if flag.cli_default is SAME else flag.cli_default
+        decls = list(flag.cli)
+        if default is True:
+            decls[0] = f"{decls[0]}/{negative(decls[0])}"
+        if isinstance(default, list):
+            default = None
+        annotation = types[f.type]
+        if flag.choices:  # Typer checks and lists the values of an Enum
+            annotation = enum.Enum(f.name.title(), {c: c for c in flag.choices}, type=str)
+            default = annotation(default)
+        option = typer.Option(default, *decls, help=(helps or {}).get(f.name, flag.help), metavar=flag.metavar,
+                              show_default=default not in (None, ""))
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
+    return params
+
+
+def option(name: str, annotation, default, *decls, help: str) -> inspect.Parameter:
+    """A command's own option (beside the RunSpec ones), for a signature built at import."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, *decls, help=help))
+
+
+def run_cmd(**options):
+    """Run cases on the device against the CPU reference; record the run in the DB."""
+    from casedb.run import console as run_console
+    from casedb.run import runner
+    from casedb.run.runspec import RunSpec
+
+    resume, as_json, no_progress = options.pop("resume"), options.pop("as_json"), options.pop("no_progress")
+    options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
+    try:
+        spec = RunSpec(**options)
+        summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(run_console.summary_json(summary))
+    else:
+        table, line = run_console.summary_tables(summary)
+        console.print(table)
+        console.print(line)
+        for note in run_console.summary_notes(summary):
+            err_console.print(run_console.text(note))
+    raise typer.Exit(1 if summary["unexpected"] or summary["status"] != "finished" else 0)
+
+
+run_cmd.__signature__ = inspect.Signature([
+    *spec_parameters(),
+    inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[int], default=typer.Option(
+        None, "--resume", metavar="RUN_ID",
+        help="Finish run RUN_ID (its selection and target; give its --import modules again).")),
+    option("as_json", bool, False, "--json", help="Print the summary as JSON."),
+    option("no_progress", bool, False, "--no-progress", help="No progress bar."),
+])
+app.command("run")(run_cmd)
+
+
+@app.command("repro")
+def repro_cmd(
+    name: str = typer.Argument(..., help="Signature prefix, case name, or model::name."),
+    device: Optional[str] = typer.Option(None, "--device", help="Target device written into the script (default: cuda when available, else cpu)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Dynamo backend, or eager (default: env TEST_COMPILE_BACKEND, else inductor)."),
+    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) the script imports first (repeatable)."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="Tolerance (default: the case's)."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Tolerance (default: the case's)."),
+    no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in the case."),
+    model: Optional[str] = typer.Option(None, "--model", help="Use this model's tolerances (when models share the case)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
+):
+    """Print a standalone Python script (torch only) that reproduces one case."""
+    from casedb.read import repro
+
+    try:
+        with open_db() as store:
+            script = repro.script(store, name, device=device, backend=backend, imports=list(imports or []),
+                                  rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model)
+    except CasedbError as e:
+        fail(e)
+    if output:
+        output.write_text(script, encoding="utf-8")
+        err_console.print(f"wrote {output}: run it with python {output}", markup=False, highlight=False)
+    else:
+        typer.echo(script, nl=False)
+
+
+@app.command("merge")
+def merge_cmd(
+    sources: List[Path] = typer.Argument(..., help="Databases to fold in (e.g. one per CI shard)."),
+    into: Optional[Path] = typer.Option(None, "--into", "-o", help="Target DB (default: --db, else the default DB)."),
+    combine: bool = typer.Option(False, "--combine", help="Make all source runs one run (the shards of one job)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+):
+    """Fold runs, results and judgements (and any cases/models missing) from other DBs into one."""
+    from casedb.store import merge
+    from casedb.store.database import db_path
+
+    try:
+        report = merge.merge(into or db_path(state.db), list(sources), combine=combine)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(report)
+        return
+    for part in report["sources"]:
+        console.print(f"{part['source']}: {part['runs']} runs, {part['results']} results, {part['judgements']} judgements, "
+                      f"{part['new_cases']} new cases ({part['runs_already_merged']} runs already there)",
+                      markup=False, highlight=False)
+    if report.get("run_id") is not None:
+        console.print(f"combined into run {report['run_id']}", highlight=False)
+

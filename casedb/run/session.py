@@ -1,0 +1,134 @@
+"""What every process of a casedb pytest session shares: the :class:`Cases` (the RunSpec read from
+the session's options, the DB path and the plan), and the helpers the plugin's hooks, the
+:class:`~casedb.run.worker.Worker` and the :class:`~casedb.run.controller.Controller` have in common.
+
+Every pytest session loads the plugin: the store (sqlite-utils) is imported on first use, so a
+session without model-op tests does not pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from casedb.errors import CasedbError
+from casedb.run.plan import build_plan, param_id
+from casedb.run.runspec import RunSpec, spec_fields
+from casedb.triage import run_paths
+
+ARG = "casedb_case"
+MARK_GIVEN = pytest.StashKey[bool]()  # whether -m was given at all (-m "" lifts the default filter)
+NO_EXPR = "\0"  # --list-cases-by-mark without an expression
+
+
+def spec_dest(name: str) -> str:
+    """The option dest of a RunSpec field in the plugin."""
+    return "casedb_" + name
+
+
+def spec_from_config(config) -> RunSpec:
+    """This session's RunSpec, from its options."""
+    opt = config.option
+    values = {f.name: getattr(opt, spec_dest(f.name)) for f, flag in spec_fields() if flag.pytest}
+    values["keyword"] = getattr(opt, "keyword", None) or None
+    values["markexpr"] = opt.markexpr if config.stash.get(MARK_GIVEN, False) else None
+    values["jobs"] = int(getattr(opt, "numprocesses", None) or 0)
+    values["timeout"] = float(getattr(opt, "timeout", None) or 0)
+    values["fail_fast"] = getattr(opt, "maxfail", 0) == 1
+    return RunSpec(**values)
+
+
+class Cases:
+    """What every process of the session shares: the spec, the DB and the plan (built lazily)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.workerinput = getattr(config, "workerinput", None)
+        shared = (self.workerinput or {}).get("casedb", {})
+        self._db_path = shared.get("db")
+        self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
+        self.spec = spec_from_config(config)
+        if config.option.casedb_run_id is None:  # (casedb run hands its session the files it chose)
+            # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
+            # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
+            self.spec.triage = run_paths(self.spec.triage, cwd=Path(config.invocation_params.dir),
+                                         shipped=self.spec.shipped_triage)
+        self.smoke = not self.spec.models and not self.spec.all_models
+        self.run_id = config.option.casedb_run_id
+        self._plan = None
+        self._by_id = None
+        self.mark_names: set[str] = set()  # every mark of the DB (with the plan)
+
+    @property
+    def db_path(self) -> str:
+        # absolute: every process of the session (xdist workers too) opens the same file;
+        # resolved on first use, so sessions without model-op tests never import the store
+        if self._db_path is None:
+            from casedb.store.database import db_path
+
+            self._db_path = str(db_path(self.config.option.casedb_db).resolve())
+        return self._db_path
+
+    def plan(self) -> list:
+        if self._plan is None:
+            from casedb.ingest.seed import open_seeded  # (see the module docstring)
+
+            try:
+                with db_lock(self.db_path), open_seeded(self.db_path) as store:
+                    self._plan = build_plan(store, self.spec.models or None, dedupe=self.spec.dedupe, smoke=self.smoke)
+                    self.mark_names = store.mark_names()
+            except CasedbError as e:
+                raise pytest.UsageError(str(e)) from None
+            self._by_id = {it.id: it for it in self._plan}
+        return self._plan
+
+    def item_for(self, nodeid: str):
+        """The plan item of a model-op test's node id (None: not one of this plan's)."""
+        pid = param_id(nodeid)
+        if pid is None:
+            return None
+        self.plan()
+        return self._by_id.get(pid)
+
+
+@contextlib.contextmanager
+def db_lock(db_path: str):
+    """Serialize the first open of a DB across the session's processes: creating, migrating
+    and seeding a new default DB must happen once, not once per xdist worker."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): xdist workers may race on a brand-new DB
+        yield
+        return
+    lock = Path(db_path + "-lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def xdist_controller(config) -> bool:
+    """Whether this process is xdist's controller (it collects nothing and runs no case)."""
+    return (not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+            and getattr(config.option, "dist", "no") != "no")
+
+
+def listing_only(config) -> bool:
+    """Whether the session only lists (--list-models, --list-cases, --list-cases-by-mark)."""
+    opt = config.option
+    return bool(opt.casedb_list_models or opt.casedb_list_cases or opt.casedb_list_cases_by_mark is not None)
+
+
+def item_param(item):
+    """The plan item a collected test runs (None: not a model-op test)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    return callspec.params.get(ARG)
+
+

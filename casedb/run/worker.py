@@ -1,0 +1,170 @@
+"""The worker of a casedb pytest session (an xdist worker, or the only process): it parametrizes
+``test_model_op`` from the plan, selects what runs (the default marker filter, --op, --shard,
+--max-numel, --limit, the triage files, what a resumed run already has) and prepares the target
+the cases execute on (:func:`casedb.run.target.execute_item` runs each).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from casedb.cases import marks as marks_mod
+from casedb.errors import CasedbError
+from casedb.run.plan import in_shard, model_mark, op_matches
+from casedb.run.runspec import parse_shard
+from casedb.run.session import ARG, Cases, item_param
+from casedb.run.target import (Target, TargetError, entries_timeout, prepare_target, triage_entries,
+                               triage_target)
+from casedb import triage as triage_mod
+
+
+class Worker:
+    """Collects the model-op tests and executes cases (an xdist worker, or the only process)."""
+
+    def __init__(self, cases: Cases):
+        self.cases = cases
+        self.config = cases.config
+        self._marks: dict = {}
+        self._target = None
+        self._target_error = None
+        self._store = None
+        self._triage = None
+
+    @property
+    def triage(self):
+        """The run's triage files (casedb.triage.entries.Triage), or None without any."""
+        if self._triage is None and self.cases.spec.triage:
+            try:
+                self._triage = triage_mod.load(self.cases.spec.triage)
+            except CasedbError as e:
+                raise pytest.UsageError(str(e)) from None
+        return self._triage
+
+    def rules(self) -> list:
+        """Tolerance rules of the run's triage files for this target."""
+        return self.triage.rules(arch=self.target().arch) if self.triage else []
+
+    def store(self):
+        """The case DB, opened on first use (the blobs of cases' file inputs come from it)."""
+        if self._store is None:
+            from casedb.store.database import Store  # (see casedb.run.session)
+
+            self._store = Store(self.cases.db_path)
+        return self._store
+
+    def _mark(self, name: str):
+        mark = self._marks.get(name)
+        if mark is None:
+            # registered before use, so --strict-markers accepts what manifests declare
+            known = {line.split(":")[0].split("(")[0].strip() for line in self.config.getini("markers")}
+            if name not in known:
+                doc = (f"cases of model {name[6:]} (casedb)" if name.startswith("model_")
+                       else "mark declared by a casedb manifest")
+                self.config.addinivalue_line("markers", f"{name}: {doc}")
+            mark = self._marks[name] = getattr(pytest.mark, name)
+        return mark
+
+    def pytest_generate_tests(self, metafunc):
+        if ARG not in metafunc.fixturenames:
+            return
+        params = []
+        plan = self.cases.plan()
+        for name in sorted(self.cases.mark_names):  # -m may name a mark of any case of the DB
+            self._mark(name)
+        for it in plan:
+            names = list(it.marks) + [model_mark(m) for m in it.models]
+            params.append(pytest.param(it, id=it.id, marks=[self._mark(n) for n in names]))
+        metafunc.parametrize(ARG, params)
+
+    def pytest_itemcollected(self, item):
+        it = item_param(item)
+        if it is not None:
+            # -k matches the op (torch.add, aten.mm), case names and models, not only the id
+            item.extra_keyword_matches.update({it.op, *it.names, *it.models})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        """Deselect the model-op tests this run does not take (see the module docstring)."""
+        if not any(item_param(item) is not None for item in items):
+            return
+        spec = self.cases.spec
+        try:
+            shard = parse_shard(spec.shard)
+        except CasedbError as e:
+            raise pytest.UsageError(str(e)) from None
+        default = None if spec.markexpr is not None else marks_mod.MarkExpression(marks_mod.DEFAULT_EXCLUDE)
+        done = self._done_keys()
+        keep, drop, taken = [], [], 0
+        for item in items:
+            it = item_param(item)
+            if it is None:
+                keep.append(item)
+                continue
+            ok = ((default is None or default.matches(it.marks)) and op_matches(it.op, spec.op)
+                  and in_shard(it.signature, shard) and (spec.max_numel is None or it.numel <= spec.max_numel)
+                  and self._triaged(item, it) and (spec.max_numel is None or it.fits(spec.max_numel)))
+            if ok and spec.limit is not None:
+                ok = taken < spec.limit
+                taken += ok
+            if ok and it.key in done:
+                ok = False
+            (keep if ok else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    def _done_keys(self) -> set:
+        """The plan keys the resumed run already has a result for (empty for a new run)."""
+        if self.cases.run_id is None:
+            return set()
+        from casedb.store import history  # (see casedb.run.session)
+
+        conn = history.connect(self.cases.db_path)
+        try:
+            return history.done_keys(conn, self.cases.run_id, dedupe=self.cases.spec.dedupe, upto=self.cases.upto)
+        finally:
+            conn.close()
+
+    def _triaged(self, item, it) -> bool:
+        """Apply the triage files at collection: False when every occurrence is excluded; an
+        entry's timeout becomes the test's."""
+        if self.triage is None:
+            return True
+        try:
+            where = triage_target(self.target())
+        except TargetError:
+            return True  # the first case reports why the target cannot be used
+        entries = triage_entries(it, self.triage, where)
+        if entries and all(e is not None and e.status == "exclude" for e in entries):
+            return False
+        timeout = entries_timeout(entries)
+        if timeout:
+            item.add_marker(pytest.mark.timeout(timeout))
+        return True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session):
+        if not self.config.option.collectonly and any(item_param(i) is not None for i in session.items):
+            # import torch and the --import modules now (in a worker: before it reports its
+            # collection), so the first case's time and its --timeout are its own; an unusable
+            # target is reported by the first case
+            try:
+                self.target()
+            except TargetError:
+                pass
+
+    def target(self):
+        """The prepared target of this process (imports done, device resolved), or raises."""
+        if self._target_error is not None:
+            raise TargetError(self._target_error)
+        if self._target is None:
+            try:
+                self._target = prepare_target(Target.from_spec(self.cases.spec))
+            except TargetError as e:
+                self._target_error = str(e)
+                raise
+        return self._target
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self._store is not None:
+            self._store.close()
