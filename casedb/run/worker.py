@@ -10,7 +10,8 @@ import pytest
 
 from casedb.cases import marks as marks_mod
 from casedb.errors import CasedbError
-from casedb.run.plan import in_shard, model_mark, op_matches
+from casedb.names import model_mark
+from casedb.run.plan import in_shard, op_matches
 from casedb.run.runspec import parse_shard
 from casedb.run.session import ARG, Cases, item_param
 from casedb.run.target import (Target, TargetError, entries_timeout, prepare_target, triage_entries,
