@@ -40,11 +40,11 @@ from casedb.scan import scanner as scan
 recipe = scan.load_recipe(sys.argv[1])
 path = recipe.paths()[0]
 model = scan._build(recipe, path)
-rec = scan._Recorder("torch", recipe.model)
+rec = scan.Recorder("torch", recipe.model)
 with torch.no_grad():
-    prefill = scan._prefill_inputs(recipe, model, path)
+    prefill = scan.prefill_inputs(recipe, model, path)
     out = scan._forward(model, prefill, rec, record=False)
-    scan._forward(model, scan._decode_inputs(recipe, model, out, path, prefill), rec, record=False)
+    scan._forward(model, scan.decode_inputs(recipe, model, out, path, prefill), rec, record=False)
 """
 
 
