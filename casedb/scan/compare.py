@@ -5,8 +5,7 @@ the importers (only the op names matter):
 
 * **v2** — ``test_suite_config: files: [tests: [edits: ops: include: [{name: OP, ...}]]]``;
 * **v1** — ``cases: [{op: OP, ...}]`` (casedb's own manifests have this shape too);
-* **op list** — plain text, one op per line; ``#`` starts a comment and anything after the first
-  blank or tab on a line (a count) is ignored.
+* **op list** — plain text, one op per line, perhaps followed by a count; ``#`` starts a comment.
 
 Names differ in spelling between the two tracers: theirs records a compiled graph, where a
 Tensor method is ``torch.<method>`` and a Python operator is the :mod:`operator` function
@@ -49,7 +48,7 @@ _SAME_OP = {
 _ALIAS = {alias: key for key, aliases in _SAME_OP.items() for alias in aliases}
 # Names that are no operator: graph bookkeeping of a compiled trace and context managers.
 _NOT_OPERATOR = re.compile(r"^torch\.(_C\.|amp\.|nn\.attention\.|autograd\.|_dynamo\.|cuda\.|_functorch\.)")
-_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?:[\t ].*)?$")
+_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*)(?:\s+\d+)?\s*$")  # a name, then perhaps a count
 
 
 def op_key(name: str) -> str:

@@ -282,7 +282,8 @@ def encode_call(op: str, args, kwargs):
 # ------------------------------------------------------------------------------------ modes
 
 def _keep_on_cpu(args, kwargs):
-    """Arguments of ``Tensor.to`` that keep a CPU control tensor real: ``to(meta)`` stays on the CPU."""
+    """Arguments of ``Tensor.to`` / ``torch.as_tensor`` that keep a CPU control tensor real:
+    ``to(meta)`` stays on the CPU (Mistral3 reads image sizes back with ``as_tensor(..., device=)``)."""
     if not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "cpu":
         return args, kwargs
 
@@ -375,7 +376,7 @@ class _TorchMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
-        if func is torch.Tensor.to:
+        if func is torch.Tensor.to or func is torch.as_tensor:
             args, kwargs = _keep_on_cpu(args, kwargs)
         record = rec.recording and rec.level == "torch"
         if _getter_name(func) is not None:

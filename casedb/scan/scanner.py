@@ -255,13 +255,14 @@ def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = No
     path's attention and expert implementations. No code of the config runs (trust_remote_code
     is off, stdin closed to any prompt) and the model's size is bounded (casedb.scan.config)."""
     import transformers
+    from huggingface_hub.errors import StrictDataclassError  # a config value of the wrong type
 
     transformers.logging.set_verbosity_error()
     doc = scan_config.check(recipe.config) if doc is None else doc
     try:
         with _no_stdin():
             config = transformers.AutoConfig.from_pretrained(str(recipe.config), trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as e:
         raise ScanError(f"cannot load the config with transformers {transformers.__version__}: {e}",
                         where=str(recipe.config)) from None
     # mxfp4 quantization needs kernels and real weights; on the meta device it would change nothing.
