@@ -189,6 +189,12 @@ def _mask_and_cache(model, pads: list[int], length: int, path: "ScanPath | None"
 
         extra["past_key_values"] = StaticCache(config=model.config.get_text_config(decoder=True),
                                                max_cache_len=length + STATIC_CACHE_ROOM)
+    elif type(model).__name__ in TEXT_ONLY:
+        # Gemma 4 builds its masks before its text model makes a cache: without one (generate
+        # always passes one) the masks look for packed sequences, reading meta positions.
+        from transformers import DynamicCache
+
+        extra["past_key_values"] = DynamicCache(config=model.config.get_text_config(decoder=True))
     return extra
 
 
