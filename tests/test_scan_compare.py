@@ -195,3 +195,22 @@ def test_unknown_architecture_names_the_supported_kinds(tmp_path):
     recipe = write_recipe(tmp_path, "t5", "tiny-bert.json", "T5ForConditionalGeneration", batch=1)
     with pytest.raises(scan.ScanError, match="no input builder for architecture 'T5ForConditionalGeneration'.*encoders"):
         scan.load_recipe(recipe)
+
+
+def test_sentence_embedding_pooling_is_recorded_at_its_lines(tmp_path):
+    path = tmp_path / "st.yaml"
+    path.write_text(yaml.safe_dump({"model": "st", "config": str(DATA / "tiny-bert.json"), "arch": "BertModel",
+                                    "pooling": "mean", "inputs": {"batch": 2, "seq_len": 8}}))
+    result = scan.scan(path)
+    pooled = {r["case"]["op"]: r["where"] for r in result.cases if r["where"].startswith("casedb/scan/pooling.py")}
+    assert sorted(pooled) == ["torch.Tensor.div", "torch.Tensor.expand_as", "torch.Tensor.mul", "torch.Tensor.sum",
+                              "torch.Tensor.to", "torch.Tensor.unsqueeze", "torch.clamp", "torch.nn.functional.normalize",
+                              "torch.sum"]
+
+
+def test_pooling_is_for_encoders(tmp_path):
+    path = tmp_path / "st.yaml"
+    path.write_text(yaml.safe_dump({"model": "st", "config": str(DATA / "tiny-clip.json"), "arch": "CLIPModel",
+                                    "pooling": "mean"}))
+    with pytest.raises(scan.ScanError, match="st.yaml: pooling applies to encoders; CLIPModel is not one"):
+        scan.load_recipe(path)

@@ -12,10 +12,11 @@ from casedb.cases import dtypes
 from casedb.scan import config as scan_config
 from casedb.scan.config import ScanError
 from casedb.scan.inputs import INPUT_DEFAULTS, kind_of
+from casedb.scan.pooling import POOLINGS
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "manifests" / "scan"
 RECIPE_KEYS = ("model", "description", "variant_of", "config", "arch", "dtype", "defaults", "inputs", "matrix",
-               "alone")
+               "alone", "pooling")
 # Runtime axes of a path and their values (the first: what the model picks when nothing is asked).
 RUNTIME_AXES = {
     "cache": ("dynamic", "static"),
@@ -41,6 +42,7 @@ class Recipe:
     declared_inputs: tuple = ()  # the input keys the recipe itself sets (the rest are defaults)
     matrix: dict = field(default_factory=dict)
     alone: dict = field(default_factory=dict)
+    pooling: str | None = None  # a sentence-embedding head after an encoder (casedb.scan.pooling)
 
     def paths(self) -> list["ScanPath"]:
         """Every path of the recipe, the default one first (one ``default`` path without a matrix)."""
@@ -112,7 +114,18 @@ def _read_recipe(path: Path, arch: str | None) -> Recipe:
     both = sorted(set(recipe.matrix) & set(recipe.alone))
     if both:
         raise ScanError(f"axis {', '.join(both)} is in both matrix and alone; keep it in one", where=recipe.source)
+    recipe.pooling = _pooling(recipe, doc.get("pooling"))
     return recipe
+
+
+def _pooling(recipe: Recipe, pooling) -> str | None:
+    if pooling is None:
+        return None
+    if pooling not in POOLINGS:
+        raise ScanError(f"pooling: {pooling!r} is not one of {', '.join(POOLINGS)}", where=recipe.source)
+    if recipe.kind != "encoder":
+        raise ScanError(f"pooling applies to encoders; {recipe.arch} is not one", where=recipe.source)
+    return pooling
 
 
 def _recipe_from_config(path: Path, arch: str | None) -> Recipe:

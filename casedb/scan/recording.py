@@ -19,11 +19,14 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from casedb.cases import dtypes, valid_inputs
+from casedb.scan import pooling
 from casedb.scan.recipes import display_path
 
 # Real values of a CPU (control) tensor are kept for the valid_inputs rules that read them
 # (valid_inputs.wants_values) when it is at most this big.
 MAX_CAPTURED_VALUES = 8192
+# casedb's transcription of a sentence-embedding head: model code, recorded at its own lines.
+_POOLING_FILE = pooling.__file__
 
 
 # -------------------------------------------------------------------------------- recording
@@ -117,7 +120,8 @@ class Recorder:
             code = frame.f_code
             internal = self._code_internal.get(code)
             if internal is None:
-                internal = code.co_filename.startswith(self._internal) or code.co_filename.startswith("<")
+                internal = (code.co_filename.startswith(self._internal) or code.co_filename.startswith("<")) \
+                    and code.co_filename != _POOLING_FILE
                 self._code_internal[code] = internal
             if not internal:
                 break

@@ -187,7 +187,7 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
         with torch.no_grad():
             prefill = prefill_inputs(recipe, model, p)
             with _experts(model, DECODE_EXPERTS.get(p.experts)):
-                out = _forward(model, prefill, recorder, record="prefill" in phases, path=p)
+                out = _forward(model, prefill, recorder, record="prefill" in phases, path=p, pooling=recipe.pooling)
             if "decode" in phases and recipe.kind not in NO_DECODE:
                 _forward(model, decode_inputs(recipe, model, out, p, prefill), recorder, record=True, path=p)
         runs.append((p, recorder, time.perf_counter() - path_started))
@@ -333,11 +333,17 @@ def _experts(model, implementation: str | None):
         model.set_experts_implementation(built)
 
 
-def _forward(model, kwargs: dict, recorder: "Recorder", record: bool, path: "ScanPath | None" = None):
+def _forward(model, kwargs: dict, recorder: "Recorder", record: bool, path: "ScanPath | None" = None,
+             pooling: str | None = None):
     recorder.recording = record
     try:
         with recorder.modes():
-            return model(**kwargs)
+            out = model(**kwargs)
+            if pooling is not None:  # the sentence-embedding head runs on the encoder's output
+                from casedb.scan.pooling import mean_normalize
+
+                mean_normalize(out[0], kwargs["attention_mask"])
+            return out
     except ScanError:
         raise
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
