@@ -214,3 +214,14 @@ def test_pooling_is_for_encoders(tmp_path):
                                     "pooling": "mean"}))
     with pytest.raises(scan.ScanError, match="st.yaml: pooling applies to encoders; CLIPModel is not one"):
         scan.load_recipe(path)
+
+
+def test_roberta_buffer_moved_to_real_positions_stays_meta(tmp_path):
+    # RobertaEmbeddings: self.token_type_ids.to(position_ids.device), a meta buffer meeting the real
+    # (CPU) positions made from the ids: it stays meta instead of failing "Cannot copy out of meta".
+    recipe = write_recipe(tmp_path, "tiny-roberta", "tiny-roberta.json", "RobertaForQuestionAnswering",
+                          batch=1, seq_len=8)
+    result = scan.scan(recipe)
+    embeds = [r["case"]["inputs"][0]["tensor"]["shape"] for r in result.cases
+              if r["case"]["op"] == "torch.nn.functional.embedding"]
+    assert [1, 8] in embeds and "torch.cumsum" in {r["case"]["op"] for r in result.cases}
