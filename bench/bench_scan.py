@@ -110,8 +110,12 @@ def zoo(models: list[str], theirs: Path, keep: Path | None, as_json: bool) -> No
         out.mkdir(parents=True, exist_ok=True)
         for model in models:
             their_file = theirs / f"{ZOO[model]}.txt"
-            wall, rss, stdout = timed([sys.executable, "-m", "casedb", "scan", model, "--json", "--compare",
-                                       str(their_file), "-o", str(out / f"{model}.jsonl")])
+            try:
+                wall, rss, stdout = timed([sys.executable, "-m", "casedb", "scan", model, "--json", "--compare",
+                                           str(their_file), "-o", str(out / f"{model}.jsonl")])
+            except SystemExit as e:  # one model's failure is reported; the others still run
+                print(f"{model}: FAILED {str(e)[-600:]}", file=sys.stderr)
+                continue
             summary = json.loads(stdout)
             union = coverage(out / f"{model}.jsonl")["union"]
             rows.append({"model": model, "theirs": ZOO[model], "paths": len(summary.get("paths") or [1]),

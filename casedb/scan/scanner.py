@@ -171,9 +171,6 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
                             where=recipe.source)
         paths = chosen
     doc = scan_config.check(recipe.config)  # before transformers reads it
-
-    import transformers
-
     models: dict = {}
     runs = []
     for p in paths:
@@ -193,13 +190,25 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
         runs.append((p, recorder, time.perf_counter() - path_started))
     model = models[(paths[0].attention, paths[0].experts)]
     provenance = bool(recipe.matrix or recipe.alone)
+    header = _header(recipe, level, phases, model, paths, runs)
+    if provenance:
+        header["paths"] = [p.settings() for p in paths]
+        header["path_stats"] = [_path_stats(p, r, seconds) for p, r, seconds in runs]
+    records = _union([(p.name, r.records()) for p, r, _ in runs], provenance)
+    return ScanResult(header=header, records=records, seconds=time.perf_counter() - started)
+
+
+def _header(recipe: Recipe, level: str, phases, model, paths: list, runs: list) -> dict:
+    """The scan file's first line: what was scanned, with what, and what the recorders dropped."""
+    import transformers
+
     dropped: Counter = Counter()
     dropped_ops: dict[str, set] = {}
     for _, recorder, _ in runs:
         dropped.update(recorder.dropped)
         for reason, ops in recorder.dropped_ops.items():
             dropped_ops.setdefault(reason, set()).update(ops)
-    header = {
+    return {
         "casedb_scan": SCAN_FORMAT, "model": recipe.model, "level": level, "phase": "+".join(phases),
         "recipe": recipe.source, "torch": torch.__version__, "transformers": transformers.__version__,
         "arch": recipe.arch, "config": display_path(recipe.config), "family": model.config.model_type,
@@ -208,11 +217,6 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
         "inputs": paths[0].inputs, "calls": sum(r.calls for _, r, _ in runs), "dropped": dict(dropped),
         "dropped_ops": {reason: sorted(ops) for reason, ops in sorted(dropped_ops.items())},
     }
-    if provenance:
-        header["paths"] = [p.settings() for p in paths]
-        header["path_stats"] = [_path_stats(p, r, seconds) for p, r, seconds in runs]
-    records = _union([(p.name, r.records()) for p, r, _ in runs], provenance)
-    return ScanResult(header=header, records=records, seconds=time.perf_counter() - started)
 
 
 def _path_stats(p: "ScanPath", recorder: "Recorder", seconds: float) -> dict:
