@@ -11,7 +11,8 @@ every operator call under a PyTorch mode:
 
 Phases: ``prefill`` is a forward over the whole prompt (with images / audio for the multimodal
 models); ``decode`` is one generated token (sequence length 1) on top of the KV / SSM cache
-that the prefill left. Both use ``logits_to_keep=1`` as ``generate`` does.
+that the prefill left. Both use ``logits_to_keep=1`` as ``generate`` does. Encoders (BERT-like,
+CLIP) have one forward, the prefill; a recipe's ``pooling`` adds a sentence-embedding head.
 
 Paths: a recipe's ``matrix`` names the runtime choices a deployment varies — the KV cache
 (``dynamic`` / ``static``), the attention implementation (``sdpa`` / ``eager``), the expert
@@ -47,12 +48,18 @@ Dropped (counted in the header's ``dropped``, never recorded):
 Calls the case schema cannot represent (an index mixing tensors and slices, an opaque object
 argument) become ``skipped`` records with the reason; the importer counts and lists them.
 
+Modules: :mod:`~casedb.scan.recipes` (recipes and paths), :mod:`~casedb.scan.inputs` (forward
+inputs per kind of model), :mod:`~casedb.scan.recording` (modes, recorder, encoding), this module
+(building, running and writing a scan), :mod:`~casedb.scan.report` (coverage across paths) and
+:mod:`~casedb.scan.compare` (coverage of another tracer's op list).
+
 Each unique call — op, inputs, keyword arguments and the model source line that made it — is
 one record with its ``count``. Value-sensitive inputs (indices, offsets, masks) get their
 ``init`` from :mod:`casedb.cases.valid_inputs`.
 """
 
 from __future__ import annotations
+
 import contextlib
 import json
 import os
@@ -68,8 +75,8 @@ from casedb.cases import dtypes
 from casedb.scan import config as scan_config
 from casedb.scan.config import ScanError
 from casedb.scan.inputs import NO_DECODE, decode_inputs, prefill_inputs  # noqa: F401 (bench_scan)
-from casedb.scan.recipes import RECIPE_DIR, Recipe, ScanPath, display_path, load_recipe, recipe_names  # noqa: F401
-from casedb.scan.recording import Recorder, encode_call, torch_name  # noqa: F401
+from casedb.scan.recipes import Recipe, ScanPath, display_path, load_recipe, recipe_names  # noqa: F401 (tests)
+from casedb.scan.recording import Recorder
 
 SCAN_FORMAT = 1
 LEVELS = ("torch", "aten")
