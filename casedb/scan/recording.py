@@ -286,33 +286,19 @@ def encode_call(op: str, args, kwargs):
 # ------------------------------------------------------------------------------------ modes
 
 def _keep_on_cpu(args, kwargs):
-    """Arguments of ``Tensor.to`` / ``torch.as_tensor`` that keep a CPU control tensor real:
-    ``to(meta)`` stays on the CPU (Mistral3 reads image sizes back with ``as_tensor(..., device=)``)."""
-    if not args or not isinstance(args[0], torch.Tensor):
+    """Arguments of ``Tensor.to`` / ``torch.as_tensor`` that keep a tensor where its values are:
+    a CPU control tensor's ``to(meta)`` stays on the CPU (Mistral3 reads image sizes back with
+    ``as_tensor(..., device=)``), and a meta tensor (a weight or buffer: no data) moved to the CPU
+    stays meta (RoBERTa's token_type_ids buffer ``.to(position_ids.device)``, the positions real)."""
+    if not args or not isinstance(args[0], torch.Tensor) or args[0].device.type not in ("cpu", "meta"):
         return args, kwargs
-    if args[0].device.type == "meta":
-        return _keep_on_meta(args, kwargs)
-    if args[0].device.type != "cpu":
-        return args, kwargs
+    stay = args[0].device.type
+    asked = "meta" if stay == "cpu" else "cpu"
 
     def fix(x):
-        if isinstance(x, torch.device) and x.type == "meta" or x == "meta":
-            return torch.device("cpu")
-        if isinstance(x, torch.Tensor) and x.device.type == "meta":
-            return x.dtype  # .to(other) means .to(other.device, other.dtype)
-        return x
-
-    return (args[0], *[fix(a) for a in args[1:]]), {k: fix(v) for k, v in kwargs.items()}
-
-
-def _keep_on_meta(args, kwargs):
-    """A meta tensor (a weight or buffer: no data) moved to the CPU stays meta, e.g. RoBERTa's
-    token_type_ids buffer ``.to(position_ids.device)`` where the positions are real."""
-
-    def fix(x):
-        if isinstance(x, torch.device) and x.type == "cpu" or isinstance(x, str) and x == "cpu":
-            return torch.device("meta")
-        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+        if isinstance(x, torch.device) and x.type == asked or isinstance(x, str) and x == asked:
+            return torch.device(stay)
+        if isinstance(x, torch.Tensor) and x.device.type == asked:
             return x.dtype  # .to(other) means .to(other.device, other.dtype)
         return x
 
