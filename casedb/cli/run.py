@@ -28,6 +28,8 @@ def scan_cmd(
                                                             "(e.g. static-eager-grouped_mm-b2-s256)."),
     report: bool = typer.Option(False, "--report", help="Coverage report: ops and unique cases per path, and the "
                                                         "ops each runtime choice alone brings."),
+    compare: Optional[Path] = typer.Option(None, "--compare", help="Another tracer's ops for the same model (a v2 "
+                                           "or v1 YAML, or an op list): the ops each side lacks, and coverage %."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable summary."),
 ):
     """Build a model from its config on the meta device and record every operator call, along
@@ -39,7 +41,7 @@ def scan_cmd(
     try:
         with (open_db() if do_import else nullcontext()) as store:
             summary = scan_command(model, output=output, level=level, phases=phase or PHASES, arch=arch, store=store,
-                                   path=path, report=report)
+                                   path=path, report=report, compare=compare)
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -49,6 +51,11 @@ def scan_cmd(
         from casedb.scan.report import markdown
 
         console.print(markdown(summary["report"]), markup=False, highlight=False, soft_wrap=True)
+    if compare is not None:
+        from casedb.scan.compare import markdown as compare_markdown
+
+        console.print(compare_markdown(summary["model"], str(compare), summary["compare"]), markup=False,
+                      highlight=False, soft_wrap=True)
     for p in summary.get("paths", []):
         err_console.print(f"  {p['path']}: {p['unique_calls']} unique calls of {p['ops']} ops in {p['seconds']} s",
                           highlight=False)
