@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from casedb.cases import dtypes
-from casedb.judge import numerics
+from casedb.judge import bias, numerics
 from casedb import outcomes
 from casedb.judge.compare import Comparison, compare, flat_chunks
 from casedb.cases.materialize import Prepared, prepare, result_leaves, torch_dtype, upcast_caster
@@ -735,6 +735,9 @@ class Verdict:
     ulp_err: float | None = None                 # the target's error in ULPs (judge ulp/both)
     ref_ulp_err: float | None = None             # the CPU reference's own error in ULPs
     vacuous: str | None = None                   # "zero" / "constant": the reference cannot catch a bug
+    bias_mean: float | None = None               # the target's mean signed error in ULPs (casedb.judge.bias)
+    bias_toward: float | None = None             # ... toward the reference's magnitude (truncation: -0.5)
+    bias_count: int | None = None                # ... over this many elements
     stage: str | None = None                     # where it failed (STAGES), for a result that is not a pass
 
     def to_dict(self) -> dict:
@@ -889,6 +892,8 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
             error_fields(ex.ref_error)
     else:
         c = compared()
+        if c is not None and judge != "tolerance":
+            c = bias.decide(ex, v, c)
         if c is None:
             v.outcome, v.reason = "error", "no result to compare"
         elif not c.comparable:  # nothing but opaque objects: no difference seen, nothing verified

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from casedb.cases import dtypes, valid_inputs
+from casedb.cases import dtypes, valid_inputs, value_ranges
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.run.runspec import RunSpec, spec_fields
@@ -236,7 +236,8 @@ def _triaged(triage, entry, outcome: str, reason: str, stage: str | None) -> tup
 
 
 _RESULT_FROM_VERDICT = ("max_abs_err", "max_rel_err", "mismatch_count", "error_type", "error_message", "traceback",
-                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous")
+                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous",
+                        "bias_mean", "bias_toward", "bias_count")
 
 
 def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> dict:
@@ -274,7 +275,12 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
         return {"outcome": "ref_error", "reason": reason, "judgements": judgements, "device": target.device,
                 "result": {"outcome": "ref_error", "reason": reason, "stage": "input build",
                            "error_type": "InvalidCase", "error_message": reason}}
-    ex = execute.run_case(item.case, device=target.device, backend=target.backend, load_blob=load_blob,
+    case = value_ranges.variant(item.case, target.values)
+    if case is None:  # no extremal variant: it would repeat the random run
+        reason = f"no extremal values for {item.op} (casedb.cases.value_ranges has no rule for it)"
+        return {"outcome": "skipped", "reason": reason, "result": None, "device": target.device,
+                "judgements": judgements + [_judgement(occ, "skipped", reason) for occ, _, _ in active]}
+    ex = execute.run_case(case, device=target.device, backend=target.backend, load_blob=load_blob,
                           reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
                           replace_device=target.replace_device, high_precision=target.judge != "tolerance")
     policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
@@ -294,7 +300,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
                   nan_inf_mismatch=None if v.nan_inf_mismatch is None else int(v.nan_inf_mismatch),
                   t_ref=ex.t_ref, t_compile=ex.t_compile, t_exec=ex.t_exec,
                   exercised=int(ex.exercised) if ex.target is not None else None,
-                  lowering=(ex.lowering or {}).get("kind"))
+                  lowering=(ex.lowering or {}).get("kind"), input_values=target.values)
     exd = ex.to_dict()
     metrics = {k: vd[k] for k in vd if k not in _RESULT_FROM_VERDICT and k not in ("outcome", "reason")}
     metrics.update({k: exd[k] for k in ("t_setup", "t_ref_hi", "reference_dtype", "mutated", "determinism_detail",

@@ -461,3 +461,13 @@ def m121_triage(db):
     db["judgements"].add_column("triage", str)
     db["judgements"].add_column("triage_where", str)
     _create_views(db)
+
+
+@migrations()
+def m130_bias_values(db):
+    # The bias judge's measure of each result (casedb.judge.bias: the target's mean signed error
+    # and its mean toward the reference's magnitude, in ULPs, over bias_count elements) and the
+    # inputs' values it ran with (casedb.cases.value_ranges: random or extremal), so the variants
+    # of one case stay apart in the same results table.
+    for col, kind in (("bias_mean", float), ("bias_toward", float), ("bias_count", int), ("input_values", str)):
+        db["results"].add_column(col, kind)
