@@ -58,6 +58,23 @@ def test_a_reference_biased_the_same_way_excuses_the_target_and_small_samples_ar
     assert bias.measure(small.to(torch.bfloat16), truncate(small, torch.bfloat16), torch.zeros_like(small)) is None
 
 
+def test_rows_shifted_as_a_whole_are_few_draws_not_many():
+    """A fused kernel rounds a per-row normalizer once: every element of a row moves the same way. Over
+    4 rows that is 4 draws, not 4 x 1024: the spread of the row means sets the threshold."""
+    g = torch.Generator().manual_seed(2)
+    hi = torch.rand(4, 1024, generator=g) + 1  # [1, 2): one ULP is 2**-23 everywhere
+    shift = torch.tensor([[3.0], [-1.0], [2.0], [0.0]]) * 2**-23   # whole ULPs per row, mean +1
+    shifted = hi + shift
+    b = bias.measure(hi, shifted, hi.double())
+    assert b.toward == pytest.approx(1.0) and not b.biased and b.threshold > 1
+    # the same target judged by its elements alone would be biased: 4096 draws of mean 1 and sigma 1.6
+    assert 5 * 1.6 / 4096 ** 0.5 < 1.0
+    assert bias.measure(hi, shifted - 2**-23 * (torch.rand(4, 1024, generator=g) < 0.5), hi.double()).biased is False
+    exact = hi.double() + 2**-23 * torch.rand(4, 1024, generator=g, dtype=torch.float64)  # between float32s
+    truncated = bias.measure(exact.float(), truncate(exact, torch.float32), exact)
+    assert truncated.biased and truncated.toward == pytest.approx(-0.5, abs=0.05)
+
+
 def _rows_sum(x: torch.Tensor, order: str) -> torch.Tensor:
     """Row sums of float32 ``x`` accumulated in float32 in another order, or (``truncated``) exactly over
     blocks of 64 with the float32 running sum truncated after each block."""
@@ -133,7 +150,8 @@ cases:
     res = cli("run", "--model", "biased", "--device", "cpu", "--backend", "casedb_mutant_truncation",
               "--import", "casedb.mutation.mutants", "-j", "0", "--json")
     assert res.exit_code == 1, res.output
-    assert json.loads(res.stdout)["failed"] == 1
+    summary = json.loads(res.stdout)
+    assert (summary["failed"], summary["bias"], summary["values"]) == (1, {"measured": 1, "biased": 1}, "random")
     got = rows(db_path, """SELECT mc.name, r.outcome, r.input_values, r.bias_count, r.bias_toward < -0.2 AS leans,
                                   r.bias_mean IS NOT NULL AS has_mean
                            FROM results r JOIN model_cases mc ON mc.signature = r.signature ORDER BY mc.name""")

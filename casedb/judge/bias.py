@@ -43,6 +43,7 @@ from casedb.judge.compare import flat_chunks, ulp_scale, ulp_top
 K = 5.0            # standard errors the mean must exceed
 FLOOR = 0.15       # ULPs the mean must exceed whatever the count (see the module docstring)
 MIN_COUNT = 64     # elements below which no mean is judged
+GROUPS = 16        # blocks a single row is cut into for the spread of block means
 
 
 @dataclass
@@ -71,18 +72,23 @@ class Bias:
 
 
 class _Sums:
-    """Running sums of a few per-element series: their count, means and spreads."""
+    """Running sums of a few per-element series: count, means and two standard errors of each mean
+    — over elements, and over groups (rows of the last dim) whose elements may share an error."""
 
-    def __init__(self, names):
+    def __init__(self, names, groups: int):
         self.n = 0
         self.s = dict.fromkeys(names, 0.0)
         self.q = dict.fromkeys(names, 0.0)
+        self.gs = {k: torch.zeros(groups, dtype=torch.float64) for k in names}
+        self.gn = torch.zeros(groups, dtype=torch.float64)
 
-    def add(self, n: int, **series: torch.Tensor) -> None:
-        self.n += n
+    def add(self, group: torch.Tensor, **series: torch.Tensor) -> None:
+        self.n += group.numel()
+        self.gn += torch.bincount(group, minlength=self.gn.numel()).to(torch.float64)
         for k, v in series.items():
             self.s[k] += float(v.sum())
             self.q[k] += float((v * v).sum())
+            self.gs[k] += torch.bincount(group, weights=v, minlength=self.gn.numel())
 
     def mean(self, k: str) -> float:
         return self.s[k] / self.n
@@ -90,7 +96,23 @@ class _Sums:
     def threshold(self, k: str) -> float:
         n, m = self.n, self.mean(k)
         var = max(self.q[k] / n - m * m, 0.0) * n / max(n - 1, 1)
-        return max(FLOOR, K * math.sqrt(var / n))
+        se = math.sqrt(var / n)
+        full = self.gn > 0
+        if int(full.sum()) >= 2:  # rows shifted as a whole (a per-row normalizer) count as one draw each
+            means = self.gs[k][full] / self.gn[full]
+            se = max(se, float(means.std()) / math.sqrt(means.numel()))
+        return max(FLOOR, K * se)
+
+
+def _groups(t: torch.Tensor) -> tuple[int, int]:
+    """(groups, elements per group) of the flat order: rows of the last dim; a single row (or a
+    vector) in GROUPS blocks."""
+    n = t.numel()
+    width = t.shape[-1] if t.dim() else 1
+    if n // max(width, 1) >= 2:
+        return n // width, width
+    per = -(-n // GROUPS)
+    return -(-n // per), per
 
 
 def measure(ref: torch.Tensor, target: torch.Tensor, hi: torch.Tensor) -> Bias | None:
@@ -104,14 +126,17 @@ def measure(ref: torch.Tensor, target: torch.Tensor, hi: torch.Tensor) -> Bias |
     top = ulp_top(hi)
     if not top > 0:
         return None
-    sums = _Sums(("t", "tm", "d", "dm"))
+    groups, per = _groups(ref)
+    sums, offset = _Sums(("t", "tm", "d", "dm"), groups), 0
     for r, t, h in flat_chunks(ref, target, hi):
+        group = torch.arange(offset, offset + r.numel()) // per
+        offset += r.numel()
         r, t, h = r.to(torch.float64), t.to(torch.float64), h.to(torch.float64)
         ok = torch.isfinite(r) & torch.isfinite(t) & torch.isfinite(h)
-        r, t, h = r[ok], t[ok], h[ok]
+        r, t, h, group = r[ok], t[ok], h[ok], group[ok]
         scale = ulp_scale(h, ref.dtype, top)
         e_t, e_r, sign = (t - h) / scale, (r - h) / scale, torch.sign(h)
-        sums.add(int(ok.sum()), t=e_t, tm=e_t * sign, d=e_t - e_r, dm=(e_t - e_r) * sign)
+        sums.add(group, t=e_t, tm=e_t * sign, d=e_t - e_r, dm=(e_t - e_r) * sign)
     if sums.n < MIN_COUNT:
         return None
     direction = None

@@ -253,6 +253,11 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out["duplicates_skipped"] = occurrences - cases if dedupe else 0
     out["unexpected"] = sum(counts[outcomes.COUNT_KEYS[o]] for o in outcomes.UNEXPECTED)
     out["judge"] = (sel.get("options") or {}).get("judge")
+    out["values"] = (sel.get("options") or {}).get("values") or "random"
+    # the bias judge (casedb.judge.bias): results it measured, and those it failed
+    out["bias"] = dict(zip(("measured", "biased"), conn.execute(
+        """SELECT count(bias_count), count(CASE WHEN outcome = 'failed' AND reason LIKE '%biased rounding%' THEN 1 END)
+           FROM results WHERE run_id = ?""", [run_id]).fetchone()))
     out["vacuous"] = conn.execute("SELECT count(*) FROM results WHERE run_id = ? AND vacuous IS NOT NULL",
                                   [run_id]).fetchone()[0]
     out["lowering"] = dict(conn.execute("""SELECT lowering, count(*) FROM results WHERE run_id = ? AND lowering IS NOT NULL
