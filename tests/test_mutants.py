@@ -63,6 +63,11 @@ EXPECTED = {  # mutant -> the cases whose result it changes
     "rel_error": ALL,
     "zeros": ALL,
     "index_off_by_one": {"emb"},
+    # computed in float64, truncated into float32: within a ULP, caught by the bias judge where the
+    # mean has 64 elements or more (log_nan: 32 finite; emb: exact, unchanged); sum_rows (8 elements) by
+    # the tolerance: its float64 sum is further from the CPU's float32 one than float32's rtol
+    "truncation": {"add_bcast", "sum_rows", "transposed", "big"},
+    "softmax_overflow": set(),   # no softmax here (tests/test_value_ranges.py has one)
 }
 
 USER_MUTANTS = '''\
@@ -127,8 +132,9 @@ def test_every_mutant_over_a_tiny_model(tiny_db):
     changed = {}
     for name, m in got.items():
         assert (m["survivors"], m["failed_unchanged"]) == ([], []), name
-        assert (m["executed"], m["caught"], m["score"]) == (7, m["changed"], 1.0), name
-        assert m["models"] == {"tiny": {"changed": m["changed"], "caught": m["changed"], "score": 1.0}}
+        score = 1.0 if EXPECTED[name] else None
+        assert (m["executed"], m["caught"], m["score"]) == (7, m["changed"], score), name
+        assert m["models"] == {"tiny": {"changed": m["changed"], "caught": m["changed"], "score": score}}
         assert (m["kind"], m["doc"]) == (mutants.MUTANTS[name].kind, mutants.MUTANTS[name].doc)
         changed[name] = {r["name"] for r in rows(tiny_db, """
             SELECT mc.name FROM results r JOIN judgements j ON j.result_id = r.id
