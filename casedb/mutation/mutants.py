@@ -634,29 +634,21 @@ def softmax_overflow(call, args):
     return out if mode.hits else None
 
 
-class _NaiveSoftmax(TorchDispatchMode):
+class _NaiveSoftmax(_LowPrecisionAccumulation):
     """Runs softmax-like ops without the max subtracted (see softmax_overflow); counts hits."""
 
-    def __init__(self):
-        super().__init__()
-        self.hits = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def _low(self, func, args, kwargs):
         aten = torch.ops.aten
         x = args[0] if args else None
         if func not in (aten._softmax.default, aten._log_softmax.default, aten.logsumexp.default) or \
                 not isinstance(x, torch.Tensor) or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-            return func(*args, **kwargs)
-        self.hits += 1
+            return None
         dim = args[1]
+        work = x.float() if x.dtype == torch.bfloat16 else x  # fp16 overflows at its own range
         if func is aten.logsumexp.default:
             keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-            work = x.float() if x.dtype == torch.bfloat16 else x
             return work.exp().sum(dim, keepdim=keep).log().to(x.dtype)
-        to_float = args[2] and x.dtype != torch.float32
-        work = x.float() if x.dtype == torch.bfloat16 else x  # fp16 overflows at its own range
         e = work.exp()
         s = e.sum(dim, keepdim=True)
         out = e.log() - s.log() if func is aten._log_softmax.default else e / s
-        return out.to(torch.float32 if to_float else x.dtype)
+        return out.to(torch.float32 if args[2] and x.dtype != torch.float32 else x.dtype)
