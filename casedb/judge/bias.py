@@ -34,7 +34,7 @@ is inexact and at -0.27 for a bf16 add of random data, where 45 % of the sums ar
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -44,6 +44,7 @@ K = 5.0            # standard errors the mean must exceed
 FLOOR = 0.15       # ULPs the mean must exceed whatever the count (see the module docstring)
 MIN_COUNT = 64     # elements below which no mean is judged
 GROUPS = 16        # blocks a single row is cut into for the spread of block means
+MAX_GROUPS = 65536  # more rows than this are taken a few consecutive ones per group
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Bias:
     ref_mean: float           # the CPU reference's own mean signed error
     ref_toward: float         # ... and toward the magnitude
     count: int
-    threshold: float          # the larger of FLOOR and K standard errors (of the plainer direction)
+    threshold: float          # the larger of FLOOR and K standard errors, of the direction reported
     biased: bool              # the verdict: either direction biased beyond the reference's own
     direction: str | None = None   # "toward magnitude" | "signed" (which one is biased), None when neither
     where: str | None = None       # the part of the result ("output[0]"), set by judge_bias
@@ -66,9 +67,6 @@ class Bias:
         return (f"{self.where or 'output'}: biased rounding: the mean error {self.direction or 'signed'} is "
                 f"{what:+.3g} ULPs over {self.count} elements (threshold {self.threshold:.3g}; the CPU "
                 f"reference's own {ref:+.3g}): each element may be within tolerance, the sum drifts")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class _Sums:
@@ -105,12 +103,14 @@ class _Sums:
 
 
 def _groups(t: torch.Tensor) -> tuple[int, int]:
-    """(groups, elements per group) of the flat order: rows of the last dim; a single row (or a
-    vector) in GROUPS blocks."""
+    """(groups, elements per group) of the flat order: rows of the last dim (at most MAX_GROUPS);
+    a single row (or a vector) in GROUPS blocks."""
     n = t.numel()
     width = t.shape[-1] if t.dim() else 1
-    if n // max(width, 1) >= 2:
-        return n // width, width
+    rows = n // max(width, 1)
+    if rows >= 2:
+        per = width * -(-rows // MAX_GROUPS)  # merged rows keep a group's elements together
+        return -(-n // per), per
     per = -(-n // GROUPS)
     return -(-n // per), per
 
