@@ -254,7 +254,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out["unexpected"] = sum(counts[outcomes.COUNT_KEYS[o]] for o in outcomes.UNEXPECTED)
     out["judge"] = (sel.get("options") or {}).get("judge")
     out["values"] = (sel.get("options") or {}).get("values") or "random"
-    # the bias judge (casedb.judge.bias): results it measured, and those it failed
+    # the bias judge (casedb.judge.bias): results it measured, and those it failed (Bias.reason's words)
     out["bias"] = dict(zip(("measured", "biased"), conn.execute(
         """SELECT count(bias_count), count(CASE WHEN outcome = 'failed' AND reason LIKE '%biased rounding%' THEN 1 END)
            FROM results WHERE run_id = ?""", [run_id]).fetchone()))
