@@ -63,6 +63,11 @@ EXPECTED = {  # mutant -> the cases whose result it changes
     "rel_error": ALL,
     "zeros": ALL,
     "index_off_by_one": {"emb"},
+    # computed in float64, truncated into float32: within a ULP, caught by the bias judge where the
+    # mean has 64 elements or more (log_nan: 32 finite; emb: exact, unchanged); sum_rows (8 elements) by
+    # the tolerance: its float64 sum is further from the CPU's float32 one than float32's rtol
+    "truncation": {"add_bcast", "sum_rows", "transposed", "big"},
+    "softmax_overflow": set(),   # no softmax here (tests/test_value_ranges.py has one)
 }
 
 USER_MUTANTS = '''\
@@ -127,8 +132,9 @@ def test_every_mutant_over_a_tiny_model(tiny_db):
     changed = {}
     for name, m in got.items():
         assert (m["survivors"], m["failed_unchanged"]) == ([], []), name
-        assert (m["executed"], m["caught"], m["score"]) == (7, m["changed"], 1.0), name
-        assert m["models"] == {"tiny": {"changed": m["changed"], "caught": m["changed"], "score": 1.0}}
+        score = 1.0 if EXPECTED[name] else None
+        assert (m["executed"], m["caught"], m["score"]) == (7, m["changed"], score), name
+        assert m["models"] == {"tiny": {"changed": m["changed"], "caught": m["changed"], "score": score}}
         assert (m["kind"], m["doc"]) == (harness.MUTANTS[name].kind, harness.MUTANTS[name].doc)
         changed[name] = {r["name"] for r in rows(tiny_db, """
             SELECT mc.name FROM results r JOIN judgements j ON j.result_id = r.id
@@ -169,14 +175,13 @@ def test_user_mutants_through_import_caught_and_surviving(tiny_db, tmp_path):
     assert res.exit_code == 0, res.output
     halved, nudged = json.loads(res.stdout)["mutants"]
     assert (halved["name"], halved["changed"], halved["caught"], halved["score"]) == ("halved", 1, 1, 1.0)
-    # one part in 2**23 is within the ULP floor of the high-precision reference: as exact as a
-    # correct kernel may be, so no sound judge can fail it: counted apart, not as a survivor
-    assert (nudged["name"], nudged["changed"], nudged["caught"], nudged["score"], nudged["survivors"]) == (
-        "nudged", 0, 0, None, [])
-    (w,) = nudged["within_precision"]
-    assert {k: w[k] for k in ("op", "inputs", "cases", "outcome")} == {
-        "op": "torch.add", "inputs": "fp32[4, 100], fp32[100]", "cases": ["tiny::add_bcast"], "outcome": "passed"}
-    assert 0 < w["max_abs_err"] < 1e-5 and 0 < w["ulp_err"] <= 4 and w["tolerance"] == "the float32 default"
+    # one part in 2**23 is within the ULP floor of the high-precision reference on every element, but
+    # every element moves up: the bias judge (casedb.judge.bias) fails it, the per-element judges cannot
+    assert (nudged["name"], nudged["changed"], nudged["caught"], nudged["score"], nudged["within_precision"]) == (
+        "nudged", 1, 1, 1.0, [])
+    found = rows(tiny_db, "SELECT reason, ulp_err, bias_toward FROM results WHERE run_id = ?", [nudged["run_id"]])
+    (r,) = [r for r in found if "biased rounding" in r["reason"]]
+    assert 0 < r["ulp_err"] <= 4 and r["bias_toward"] > 0.3
     # the tolerance judge measures no ULP error: there the same change is a survivor
     res = invoke(tiny_db, *args, "--judge", "tolerance", "--json")
     assert res.exit_code == 0, res.output

@@ -36,6 +36,7 @@ import torch
 from casedb.cases import blobs
 from casedb.cases import dtypes as dtypes_mod
 from casedb.cases import presets as presets_mod
+from casedb.cases import value_ranges
 from casedb.cases.safe_eval import parse_py_literal
 from casedb.cases.signature import data_seed
 
@@ -330,6 +331,8 @@ class _Builder:
             raise
         except (RuntimeError, TypeError, ValueError) as e:
             raise MaterializeError(f"{label}: cannot generate {spec!r}: {e}") from None
+        if spec.get(value_ranges.SPECIALS):  # an extremal variant's NaN, inf, ±0, subnormals
+            base = value_ranges.sprinkle(base)
         preset = spec.get("preset")
         if preset is not None and preset not in presets_mod.PRESETS:
             raise MaterializeError(f"{label}: {presets_mod.check_args(preset, {})}")

@@ -461,6 +461,10 @@ def _ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float, m: torch.Tensor 
     return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
 
 
+# what the bias judge (casedb.judge.bias) measures its errors in: the same ULPs as this judge's
+ulp_scale, ulp_top = _ulp_scale, _ulp_top
+
+
 def _ulp_of(x: torch.Tensor, h: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """|x - h| in ULPs (``scale``) over the elements finite on both sides (``h`` float64)."""
     a = x.to(torch.float64)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from casedb.judge import numerics
+from casedb.judge import bias, numerics
 from casedb.judge.compare import Comparison, compare
 from casedb.judge.execution import ErrorInfo, Execution
 
@@ -51,6 +51,9 @@ class Verdict:
     ulp_err: float | None = None                 # the target's error in ULPs (judge ulp/both)
     ref_ulp_err: float | None = None             # the CPU reference's own error in ULPs
     vacuous: str | None = None                   # "zero" / "constant": the reference cannot catch a bug
+    bias_mean: float | None = None               # the target's mean signed error in ULPs (casedb.judge.bias)
+    bias_toward: float | None = None             # ... toward the reference's magnitude (truncation: -0.5)
+    bias_count: int | None = None                # ... over this many elements
     stage: str | None = None                     # where it failed (casedb.outcomes.STAGES), for a result that is not a pass
 
     def to_dict(self) -> dict:
@@ -207,6 +210,8 @@ def _judge_against_upcast(v: Verdict, ex: Execution) -> None:
 def _judge_result(v: Verdict, ex: Execution, pairs: dict) -> None:
     """Both sides ran: the comparison decides, then determinism, then whether the op was exercised."""
     c = _compared(v, ex, pairs)
+    if c is not None and v.judge != "tolerance":
+        c = bias.decide(ex, v, c)
     if c is None:
         v.outcome, v.reason = "error", "no result to compare"
     elif not c.comparable:  # nothing but opaque objects: no difference seen, nothing verified

@@ -340,3 +340,76 @@ class _LowPrecisionAccumulation(TorchDispatchMode):
             # the CPU kernel returns mean and rstd in the input's dtype (CUDA's in float32)
             return y.to(x.dtype), mean.to(x.dtype), rstd.to(x.dtype)
         return None
+
+
+# ------------------------------------------------------------------------------------ rounding and range
+
+_WIDER = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.float32: torch.float64}
+
+
+def truncate(wide: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``wide`` converted to ``dtype`` rounding toward zero: round to nearest, then one step back
+    toward zero wherever that rounded away from it."""
+    near = wide.to(dtype)
+    away = near.to(torch.float64).abs() > wide.to(torch.float64).abs()
+    return torch.where(away & torch.isfinite(near), torch.nextafter(near, torch.zeros_like(near)), near)
+
+
+@mutant("truncation", kind="call")
+def truncation(call, args):
+    """Round-toward-zero where round-to-nearest is required: the op computes in the next wider
+    dtype (bf16/fp16 in float32, float32 in float64) and a conversion unit truncates each result
+    into the output dtype — about half the elements one ULP smaller in magnitude, never larger,
+    each within 1 ULP."""
+    def widen(t):
+        return t.to(_WIDER[t.dtype]) if isinstance(t, torch.Tensor) and t.dtype in _WIDER else t
+
+    wide_args = [widen(a) if isinstance(a, torch.Tensor) else map_tensors(a, widen) for a in args]
+    if all(w is a for w, a in zip(wide_args, args)):
+        return None  # no floating input to compute wider
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in wide_args]
+    try:
+        wide = call.gm(*wide_args)
+    except Exception:  # the op takes no wider dtype here: the bug cannot apply
+        return None
+    if any(isinstance(w, torch.Tensor) and w._version != v for w, v in zip(wide_args, versions)):
+        return None  # writes into its inputs: the truncated result would have to be written back
+    out = call(*args)
+    flat_out, flat_wide = tensors(out), tensors(wide)
+    if len(flat_out) != len(flat_wide):
+        return None
+    swap = {id(o): like(o, truncate(w, o.dtype)) for o, w in zip(flat_out, flat_wide)
+            if o.dtype in _WIDER and w.dtype == _WIDER[o.dtype] and o.shape == w.shape}
+    return map_tensors(out, lambda t: swap.get(id(t), t))
+
+
+@mutant("softmax_overflow", kind="call")
+def softmax_overflow(call, args):
+    """Softmax without subtracting the maximum: softmax, log_softmax and logsumexp exponentiate
+    the raw logits (in float32, in float16 for float16 data), so logits above ~88 (float32,
+    bfloat16) or ~11 (float16) overflow to inf and the result to NaN."""
+    mode = _NaiveSoftmax()
+    copies = [copy_input(a) for a in args]
+    with mode:
+        out = call.gm(*copies)
+    return out if mode.hits else None
+
+
+class _NaiveSoftmax(_LowPrecisionAccumulation):
+    """Runs softmax-like ops without the max subtracted (see softmax_overflow); counts hits."""
+
+    def _low(self, func, args, kwargs):
+        aten = torch.ops.aten
+        x = args[0] if args else None
+        if func not in (aten._softmax.default, aten._log_softmax.default, aten.logsumexp.default) or \
+                not isinstance(x, torch.Tensor) or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            return None
+        dim = args[1]
+        work = x.float() if x.dtype == torch.bfloat16 else x  # fp16 overflows at its own range
+        if func is aten.logsumexp.default:
+            keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+            return work.exp().sum(dim, keepdim=keep).log().to(x.dtype)
+        e = work.exp()
+        s = e.sum(dim, keepdim=True)
+        out = e.log() - s.log() if func is aten._log_softmax.default else e / s
+        return out.to(torch.float32 if args[2] and x.dtype != torch.float32 else x.dtype)

@@ -157,7 +157,8 @@ def _results(conn, run_id: int) -> dict:
 
     out = {}
     for r in conn.execute("""SELECT r.signature, r.outcome, r.reason, r.max_abs_err, r.max_rel_err, r.ulp_err,
-                                    r.ref_ulp_err, r.tolerance, r.metrics, c.op, c.inputs, c.attrs
+                                    r.ref_ulp_err, r.bias_toward, r.bias_count, r.tolerance, r.metrics, c.op, c.inputs,
+                                    c.attrs
                              FROM results r JOIN cases c ON c.signature = r.signature
                              WHERE r.run_id = ? ORDER BY r.id""", [run_id]):
         d = dict(r)
@@ -182,7 +183,8 @@ def _case(r: dict, names: dict) -> dict:
     return {"op": r["op"], "inputs": r["inputs"], "signature": r["signature"],
             "cases": [f"{m}::{n}" for m, n in names.get(r["signature"], [])], "outcome": r["outcome"],
             "ulp_err": r["ulp_err"], "ref_ulp_err": r["ref_ulp_err"], "max_abs_err": r["max_abs_err"],
-            "max_rel_err": r["max_rel_err"], "tolerance": r["tolerance"], "reason": r["reason"]}
+            "max_rel_err": r["max_rel_err"], "bias_toward": r["bias_toward"], "bias_count": r["bias_count"],
+            "tolerance": r["tolerance"], "reason": r["reason"]}
 
 
 def _ratio(a: int, b: int) -> float | None:

@@ -56,7 +56,8 @@ def terminal(*, stderr: bool = False):
     console.push_render_hook(_Hook())
     return console
 
-JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "executed", "passed", "failed", "errors", "ref_errors",
+JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias", "executed", "passed", "failed",
+             "errors", "ref_errors",
              "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
              "duplicates_skipped", "unexpected", "triage", "triage_files", "vacuous", "lowering", "stages", "planned", "duration_s",
              "time", "session", "models", "error")

@@ -141,6 +141,11 @@ class RunSpec:
         "How a result is judged: tolerance (rtol/atol per output dtype), ulp (error against a high-precision "
         "CPU reference, in ULPs, relative to the CPU reference's own) or both (default; see casedb.judge.numerics).",
         cli=("--judge",), pytest="--casedb-judge", target=True, choices=numerics.JUDGES))
+    values: str = opt("random", Flag(
+        "The inputs' values: random (the case's own, default) or extremal (the ranges of casedb.cases.value_ranges: "
+        "large magnitudes where overflow and cancellation are the risk, inf/NaN/subnormals/-0 where the op defines "
+        "them; cases of ops without a rule are skipped), stored as separate results of the same case.",
+        cli=("--values",), pytest="--casedb-values", target=True, choices=("random", "extremal")))
     replace_device: bool = opt(True, Flag(
         "Give device strings recorded in cases (cuda:0) the target device (default), or keep them as written.",
         cli=("--device-replace",), pytest="--casedb-device-replace", rfc="--device-replace", target=True))

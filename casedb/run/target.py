@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from casedb import outcomes
-from casedb.cases import dtypes, valid_inputs
+from casedb.cases import dtypes, valid_inputs, value_ranges
 from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
 from casedb.judge import numerics
@@ -41,6 +41,7 @@ class Target:
     reference_dtype: str | None = None
     check_determinism: bool = False
     judge: str = DEFAULT_JUDGE
+    values: str = "random"
     replace_device: bool = True
     arch: str | None = None
     threads: int | None = None
@@ -240,7 +241,8 @@ def _triaged(triage, entry, outcome: str, reason: str, stage: str | None) -> tup
 
 
 _RESULT_FROM_VERDICT = ("max_abs_err", "max_rel_err", "mismatch_count", "error_type", "error_message", "traceback",
-                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous")
+                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous",
+                        "bias_mean", "bias_toward", "bias_count")
 
 
 def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> dict:
@@ -260,7 +262,12 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     invalid = valid_inputs.problems(item.case)
     if invalid:
         return _invalid_payload(invalid, active, judgements, target)
-    ex = execute.run_case(item.case, device=target.device, backend=target.backend, load_blob=load_blob,
+    case = value_ranges.variant(item.case, target.values)
+    if case is None:  # no extremal variant: it would repeat the random run
+        reason = f"no extremal values for {item.op} (casedb.cases.value_ranges has no rule for it)"
+        return {"outcome": "skipped", "reason": reason, "result": None, "device": target.device,
+                "judgements": judgements + [_judgement(occ, "skipped", reason) for occ, _, _ in active]}
+    ex = execute.run_case(case, device=target.device, backend=target.backend, load_blob=load_blob,
                           reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
                           replace_device=target.replace_device, high_precision=target.judge != "tolerance")
     policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
@@ -273,7 +280,9 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
         v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage)
         verdicts.append((occ, v))
         judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
-    return _executed_payload(ex, verdicts, judgements)
+    payload = _executed_payload(ex, verdicts, judgements)
+    payload["result"]["input_values"] = target.values  # the variants of one case stay apart
+    return payload
 
 
 def _active_occurrences(item, target, triage) -> tuple[list, list]:

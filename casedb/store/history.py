@@ -25,7 +25,8 @@ from casedb.store.database import connect as _connect_store
 
 RESULT_COLUMNS = ("outcome", "reason", "compare_mode", "max_abs_err", "max_rel_err", "mismatch_count",
                   "nan_inf_mismatch", "t_ref", "t_compile", "t_exec", "error_type", "error_message", "traceback",
-                  "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous", "exercised", "lowering")
+                  "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous", "exercised", "lowering",
+                  "bias_mean", "bias_toward", "bias_count", "input_values")
 JUDGEMENT_COLUMNS = ("run_id", "result_id", "model_case_id", "model", "signature", "outcome", "reason", "rtol",
                      "atol", "stage", "triage", "triage_where", "created_at")
 
@@ -257,6 +258,11 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out["duplicates_skipped"] = occurrences - cases if dedupe else 0
     out["unexpected"] = sum(counts[outcomes.COUNT_KEYS[o]] for o in outcomes.UNEXPECTED)
     out["judge"] = (sel.get("options") or {}).get("judge")
+    out["values"] = (sel.get("options") or {}).get("values") or "random"
+    # the bias judge (casedb.judge.bias): results it measured, and those it failed (Bias.reason's words)
+    out["bias"] = dict(zip(("measured", "biased"), conn.execute(
+        """SELECT count(bias_count), count(CASE WHEN outcome = 'failed' AND reason LIKE '%biased rounding%' THEN 1 END)
+           FROM results WHERE run_id = ?""", [run_id]).fetchone()))
     out["vacuous"] = conn.execute("SELECT count(*) FROM results WHERE run_id = ? AND vacuous IS NOT NULL",
                                   [run_id]).fetchone()[0]
     out["lowering"] = dict(conn.execute("""SELECT lowering, count(*) FROM results WHERE run_id = ? AND lowering IS NOT NULL

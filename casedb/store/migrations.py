@@ -498,3 +498,13 @@ def m130_occurrences_view(db):
     # One definition of an occurrence with its case and marks (the occurrences view), read by the
     # store's listings and the run plan.
     _create_views(db)
+
+
+@migrations()
+def m131_bias_values(db):
+    # The bias judge's measure of each result (casedb.judge.bias: the target's mean signed error
+    # and its mean toward the reference's magnitude, in ULPs, over bias_count elements) and the
+    # inputs' values it ran with (casedb.cases.value_ranges: random or extremal), so the variants
+    # of one case stay apart in the same results table.
+    for col, kind in (("bias_mean", float), ("bias_toward", float), ("bias_count", int), ("input_values", str)):
+        db["results"].add_column(col, kind)
