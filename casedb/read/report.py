@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from casedb.errors import CasedbError, NotFound
+from casedb.store import history
 from casedb.escape import markdown, markdown_code
 
 DEFAULT_ERROR_FACTOR = 10.0
@@ -42,8 +43,11 @@ def _cols(cols: Iterable[str]) -> str:
 
 
 def latest_run_id(db) -> int:
-    """Id of the newest run; a CasedbError that says how to record one when there is none."""
-    run_id = db.execute("SELECT max(id) FROM runs").fetchone()[0]
+    """Id of the newest run that is not a `casedb mutants` run (the newest mutant run where there
+    are only those); a CasedbError that says how to record one when there is none."""
+    run_id = db.execute("SELECT max(id) FROM runs WHERE label IS NULL OR label NOT GLOB ?",
+                        [history.MUTANT_LABEL + "*"]).fetchone()[0]
+    run_id = run_id if run_id is not None else db.execute("SELECT max(id) FROM runs").fetchone()[0]
     if run_id is None:
         raise CasedbError("no runs recorded in this database yet; record one with "
                           "`casedb run --model <model>` (see `casedb models`), then run `casedb report`")

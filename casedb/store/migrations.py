@@ -461,3 +461,11 @@ def m121_triage(db):
     db["judgements"].add_column("triage", str)
     db["judgements"].add_column("triage_where", str)
     _create_views(db)
+
+
+@migrations()
+def m130_run_labels(db):
+    # A run's label (`casedb run --label`, `casedb runs label`): what a person calls it; mutant
+    # runs are labelled by `casedb mutants` so that report and the charts can leave them out.
+    db["runs"].add_column("label", str)
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_label ON runs (label)")
