@@ -28,6 +28,8 @@ import traceback
 from datasette import Response, hookimpl
 from datasette.utils import add_cors_headers
 from datasette.utils.asgi import Base400
+
+from casedb import causes
 from datasette.views.base import DatasetteError
 from markupsafe import Markup, escape
 
@@ -87,6 +89,8 @@ def prepare_connection(conn, database, datasette):
     except sqlite3.Error:  # not a casedb database
         return
     conn.create_function("casedb_latest_run", 0, lambda: latest, deterministic=True)
+    # a failure's cause, as the run summary and `casedb report` group them (casedb.causes)
+    conn.create_function("casedb_cause", 6, causes.cause, deterministic=True)
 
 
 def _row_get(row, key):

@@ -111,6 +111,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     report["models"] = models
     report["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
                               " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
+    report["causes"] = history.failure_groups(db.conn, run_id)
     report["failures"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
                                    " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
                                    " ORDER BY op, model, case_name", [run_id])
@@ -245,6 +246,8 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
                          _num(r["max_abs_err"]), f"{r['err_growth']:.3g}x"], empty="none")
     table("Remove xfail (marked xfail, now passing)", ["case", "op", "inputs", "repro"], report["remove_xfail"],
           lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
+    table("Failures by cause", ["cases", "op", "cause", "e.g."], report.get("causes") or [],
+          lambda r: [_num(r["count"]), r["op"], r["cause"], ", ".join(r["examples"])], empty="none")
     table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
           lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", _gist(r["error_message"] or r["reason"]),
                      r["repro"]])

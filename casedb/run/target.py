@@ -245,7 +245,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     triage files (``triage``: a casedb.triage.entries.Triage); returns the payload the recording process
     stores (JSON-safe): outcome, reason, result row, judgements."""
     from casedb.run import execute
-    from casedb.judge import numerics
+    from casedb.judge import numerics, pattern
     from casedb.triage import entries as triage_mod
 
     judgements, active = [], []
@@ -300,6 +300,8 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     metrics.update({k: exd[k] for k in ("t_setup", "t_ref_hi", "reference_dtype", "mutated", "determinism_detail",
                                         "backend_calls", "graph_ops", "lowering", "not_exercised", "notes")})
     metrics["judged_for"] = f"{occ['model']}::{occ['name']}"
+    if v.stage == "incorrect result" and ex.target is not None:
+        metrics["pattern"] = pattern.describe_output(ex.reference, ex.target, rtol=v.rtol, atol=v.atol)
     result["metrics"] = metrics
     return {"outcome": v.outcome, "reason": v.reason, "result": result, "judgements": judgements,
             "device": ex.device}

@@ -18,7 +18,7 @@ import sys
 import uuid
 from typing import Any
 
-from casedb import __version__, outcomes
+from casedb import __version__, causes, outcomes
 from casedb.errors import InputError, NotFound
 from casedb.serial import dumps, loads, now
 from casedb.store.database import connect as _connect_store
@@ -263,6 +263,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
                                          GROUP BY triage ORDER BY triage""", [run_id]).fetchall())
     out["triage"]["remove"] = conn.execute("""SELECT count(*) FROM judgements WHERE run_id = ? AND triage = 'known'
                                               AND outcome = 'xpassed'""", [run_id]).fetchone()[0]
+    out["failures"] = failure_groups(conn, run_id)
     out["planned"] = sel.get("planned")
     out["options"] = sel.get("options")
     out["triage_files"] = list((sel.get("options") or {}).get("triage") or [])
@@ -369,3 +370,29 @@ def delete_runs(conn: sqlite3.Connection, run_ids: list[int], *, force: bool = F
     conn.execute("COMMIT")
     counts["run_ids"] = [r["id"] for r in runs]
     return counts
+
+
+def failure_groups(conn: sqlite3.Connection, run_id: int, *, limit: int | None = None) -> list[dict]:
+    """The run's failing cases (failed, error, crashed, timeout), grouped by cause: op × stage ×
+    the normalized first error line or a wrong result's pattern (:mod:`casedb.causes`), biggest first."""
+    failing = sorted(o.name for o in outcomes.OUTCOMES if o.failing)
+    groups: dict[tuple, dict] = {}
+    for r in conn.execute(
+            f"""SELECT r.signature, r.outcome, r.stage, r.error_type, r.error_message, r.reason, c.op,
+                       CASE WHEN json_valid(r.metrics) THEN json_extract(r.metrics, '$.pattern') END AS pattern,
+                       (SELECT mc.model || '::' || mc.name FROM model_cases mc WHERE mc.signature = r.signature
+                        ORDER BY mc.model, mc.name LIMIT 1) AS example
+                FROM results r JOIN cases c ON c.signature = r.signature
+                WHERE r.run_id = ? AND r.outcome IN ({', '.join('?' * len(failing))})
+                ORDER BY c.op, example, r.signature""", [run_id, *failing]):
+        why = causes.cause(r[1], r[2], r[3], r[4], r[5], r[7])
+        g = groups.setdefault((r[6], why), {"op": r[6], "cause": why, "stage": r[2], "outcome": r[1],
+                                            "count": 0, "examples": [], "signatures": []})
+        g["count"] += 1
+        g["outcome"] = outcomes.worst([g["outcome"], r[1]])
+        if len(g["signatures"]) < 20:
+            g["signatures"].append(r[0])
+        if len(g["examples"]) < 3 and r[8]:
+            g["examples"].append(r[8])
+    out = sorted(groups.values(), key=lambda g: (-g["count"], g["op"], g["cause"]))
+    return out if limit is None else out[:limit]
