@@ -71,7 +71,7 @@ def test_canned_queries_do_not_shadow_tables(served):
     database = served.json("/casedb.json")
     tables = {t["name"] for t in database["tables"]} | {v["name"] for v in database["views"]}
     queries = {q["name"] for q in database["queries"]}
-    assert queries == {"latest_failures", "latest_regressions", "pass_rate_by_model", "slowest_cases",
+    assert queries == {"latest_failures", "failures_by_cause", "latest_regressions", "pass_rate_by_model", "slowest_cases",
                        "model_cases_by_op", "repro", "blocking_ops", "model_op_matrix"}
     assert {"verdicts", "model_pass_rates", "op_pass_rates", "regressions", "run_summaries"} <= tables
     assert not queries & tables
@@ -207,7 +207,8 @@ def test_chart_queries_answer(served):
 
     def chart(name, **params):
         sql = charts[name]["query"]
-        sql = sql.replace("[[", "").replace("]]", "") if params else sql.split("[[")[0] + sql.split("]]")[1]
+        # datasette-dashboards keeps a [[ ... ]] block when its parameter is given, else drops it
+        sql = re.sub(r"\[\[(.*?)\]\]", lambda m: m.group(1) if any(f":{p}" in m.group(1) for p in params) else "", sql)
         qs = urllib.parse.urlencode({"sql": sql, **params, "_shape": "array"})
         return served.json(f"/casedb.json?{qs}")
 
@@ -216,6 +217,27 @@ def test_chart_queries_answer(served):
     assert [(r["run_id"], r["pass_rate"]) for r in chart("pass-rate-over-runs", model="model_a")] == [
         (2, 75.0), (1, 50.0)]
     assert chart("failures-by-op") == [{"op": "torch.nn.functional.silu", "failed": 1, "errors": 0, "failures": 1}]
+
+
+def test_pass_rate_chart_has_a_series_per_target_and_leaves_mutant_runs_out(tmp_path):
+    db = tmp_path / "targets.db"
+    cli = runs_data.make_cli(db)
+    runs_data.import_manifests(cli, tmp_path)
+    runs_data.record_run(db, runs_data.RUN1, backend="inductor")
+    runs_data.record_run(db, runs_data.RUN2, backend="eager")
+    mutant = runs_data.record_run(db, runs_data.RUN1, backend="casedb_mutant_zeros")
+    assert cli("runs", "label", mutant, "mutant:zeros").exit_code == 0
+    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[1] / "casedb" / "read" / "datasette_metadata.yaml"))[
+        "plugins"]["datasette-dashboards"]["casedb"]
+    sql = re.sub(r"\[\[.*?\]\]", "", charts["charts"]["pass-rate-over-runs"]["query"])
+    with runs_data.Server(db, tmp_path / "serve.log") as server:
+        rows = server.json("/casedb.json?" + urllib.parse.urlencode({"sql": sql, "_shape": "array"}))
+        status, html = server.get("/-/dashboards/casedb")
+    assert [(r["run_id"], r["model"], r["target"]) for r in rows] == [
+        (2, "model_a", "cpu/eager"), (2, "model_b", "cpu/eager"), (1, "model_a", "cpu/inductor"),
+        (1, "model_b", "cpu/inductor")]
+    assert charts["charts"]["pass-rate-over-runs"]["display"]["encoding"]["strokeDash"]["field"] == "target"
+    assert '<option value="eager" >eager</option>' in html and '<option value="inductor" >inductor</option>' in html
 
 
 def test_serve_an_empty_db(tmp_path):

@@ -121,6 +121,7 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
             try:
                 history.update_selection(conn, summary["run_id"], mutation={
                     "mutant": name, "base": base, "control_run": run_ids[harness.CONTROL]})
+                history.set_label(conn, summary["run_id"], history.MUTANT_LABEL + name)
             finally:
                 conn.close()
     return score(path, run_ids[harness.CONTROL], {n: run_ids[n] for n in names})

@@ -28,6 +28,8 @@ import traceback
 from datasette import Response, hookimpl
 from datasette.utils import add_cors_headers
 from datasette.utils.asgi import Base400
+
+from casedb import causes
 from datasette.views.base import DatasetteError
 from markupsafe import Markup, escape
 
@@ -86,7 +88,14 @@ def prepare_connection(conn, database, datasette):
         latest = conn.execute("SELECT max(id) FROM runs").fetchone()[0]
     except sqlite3.Error:  # not a casedb database
         return
+    try:  # the latest run that is not a `casedb mutants` run, as `casedb report` takes it
+        latest = conn.execute("SELECT max(id) FROM runs WHERE label IS NULL OR label NOT GLOB 'mutant:*'"
+                              ).fetchone()[0] or latest
+    except sqlite3.Error:  # a database from before run labels
+        pass
     conn.create_function("casedb_latest_run", 0, lambda: latest, deterministic=True)
+    # a failure's cause, as the run summary and `casedb report` group them (casedb.causes)
+    conn.create_function("casedb_cause", 6, causes.cause, deterministic=True)
 
 
 def _row_get(row, key):

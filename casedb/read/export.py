@@ -253,6 +253,10 @@ def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped:
             else:
                 n = (write_yaml(store, model, f, path) if fmt == "yaml"
                      else write_oplog(store, model, f, path, skipped=skipped))
+        # mkstemp makes the file 0600: give it the mode a new file gets (0666 less the umask)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -43,8 +43,11 @@ def _cols(cols: Iterable[str]) -> str:
 
 
 def latest_run_id(db) -> int:
-    """Id of the newest run; a CasedbError that says how to record one when there is none."""
-    run_id = db.execute("SELECT max(id) FROM runs").fetchone()[0]
+    """Id of the newest run that is not a `casedb mutants` run (the newest mutant run where there
+    are only those); a CasedbError that says how to record one when there is none."""
+    run_id = db.execute("SELECT max(id) FROM runs WHERE label IS NULL OR label NOT GLOB ?",
+                        [history.MUTANT_LABEL + "*"]).fetchone()[0]
+    run_id = run_id if run_id is not None else db.execute("SELECT max(id) FROM runs").fetchone()[0]
     if run_id is None:
         raise CasedbError("no runs recorded in this database yet; record one with "
                           "`casedb run --model <model>` (see `casedb models`), then run `casedb report`")
@@ -130,6 +133,7 @@ def _verdicts(db, run_id: int) -> dict:
     out["models"] = models
     out["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
                            " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
+    out["causes"] = history.failure_groups(db.conn, run_id)
     out["failures"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
                                 " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
                                 " ORDER BY op, model, case_name", [run_id])
@@ -284,6 +288,8 @@ def _failure_tables(table: Callable, report: dict) -> None:
     """Xpasses to unmark, failures and their stages."""
     table("Remove xfail (marked xfail, now passing)", ["case", "op", "inputs", "repro"], report["remove_xfail"],
           lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
+    table("Failures by cause", ["cases", "op", "cause", "e.g."], report.get("causes") or [],
+          lambda r: [_num(r["count"]), r["op"], r["cause"], ", ".join(r["examples"])], empty="none")
     table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
           lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", _gist(r["error_message"] or r["reason"]),
                      r["repro"]])

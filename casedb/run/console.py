@@ -59,7 +59,7 @@ def terminal(*, stderr: bool = False):
 JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias", "executed", "passed", "failed",
              "errors", "ref_errors",
              "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
-             "duplicates_skipped", "unexpected", "triage", "triage_files", "vacuous", "lowering", "stages", "planned", "duration_s",
+             "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "vacuous", "lowering", "stages", "planned", "duration_s",
              "time", "session", "models", "error")
 
 
@@ -161,6 +161,7 @@ def summary_notes(summary: dict) -> list[str]:
     if planned.get("available") and planned["cases"] < planned["available"] and opts.get("markexpr") is None:
         notes.append(f"{planned['cases']} of {planned['available']} cases selected: the default marker filter "
                      f"(-m '{marks_mod.DEFAULT_EXCLUDE}') leaves out the rest unless -m is given (-m '' runs all)")
+    notes.extend(failure_notes(summary))
     files = summary.get("triage_files") or []
     notes.append("triage files loaded: " + (", ".join(_shown_path(p) for p in files) if files else
                                             "none (give --triage FILE, or put it in triage/*.yaml)"))
@@ -179,6 +180,21 @@ def summary_notes(summary: dict) -> list[str]:
     if summary.get("status") != "finished":
         notes.append(f"run {summary['run_id']} is {summary.get('status')}: finish it with casedb run --resume {summary['run_id']}")
     return notes
+
+
+def failure_notes(summary: dict, top: int = 5) -> list[str]:
+    """What failed, grouped by cause (the biggest groups), and where to read the rest."""
+    groups = summary.get("failures") or []
+    if not groups:
+        return []
+    cases = sum(g["count"] for g in groups)
+    lines = [f"{cases} failing case(s), {len(groups)} cause(s):"]
+    for g in groups[:top]:
+        example = f" (e.g. {g['examples'][0]})" if g["examples"] else ""
+        lines.append(f"  {g['count']:>4} × {g['op']}: {g['cause']}{example}")
+    more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
+    lines.append(f"  {more}details: casedb report --run {summary['run_id']}")
+    return ["\n".join(lines)]
 
 
 def _shown_path(path: str) -> str:

@@ -329,6 +329,10 @@ def _executed_payload(ex, verdicts: list, judgements: list) -> dict:
     metrics.update({k: exd[k] for k in ("t_setup", "t_ref_hi", "reference_dtype", "mutated", "determinism_detail",
                                         "backend_calls", "graph_ops", "lowering", "not_exercised", "notes")})
     metrics["judged_for"] = f"{occ.model}::{occ.name}"
+    if v.stage == "incorrect result" and ex.target is not None:
+        from casedb.judge import pattern  # (torch: only the processes that run cases import it)
+
+        metrics["pattern"] = pattern.describe_output(ex.reference, ex.target, rtol=v.rtol, atol=v.atol)
     result["metrics"] = metrics
     return {"outcome": v.outcome, "reason": v.reason, "result": result, "judgements": judgements,
             "device": ex.device}

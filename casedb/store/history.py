@@ -18,8 +18,8 @@ import sys
 import uuid
 from typing import Any
 
-from casedb import __version__, outcomes
-from casedb.errors import NotFound
+from casedb import __version__, causes, outcomes
+from casedb.errors import InputError, NotFound
 from casedb.serial import dumps, loads, now
 from casedb.store.database import connect as _connect_store
 
@@ -274,6 +274,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
                                          GROUP BY triage ORDER BY triage""", [run_id]).fetchall())
     out["triage"]["remove"] = conn.execute("""SELECT count(*) FROM judgements WHERE run_id = ? AND triage = 'known'
                                               AND outcome = 'xpassed'""", [run_id]).fetchone()[0]
+    out["failures"] = failure_groups(conn, run_id)
     out["planned"] = sel.get("planned")
     out["options"] = sel.get("options")
     out["triage_files"] = list((sel.get("options") or {}).get("triage") or [])
@@ -312,3 +313,97 @@ def pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# ------------------------------------------------------------------------------- managing runs
+
+MUTANT_LABEL = "mutant:"  # labels of the runs `casedb mutants` makes start with it
+
+
+def list_runs(conn: sqlite3.Connection, *, backend: str | None = None, device: str | None = None,
+              label: str | None = None, mutants: bool = True, limit: int | None = None) -> list[dict]:
+    """Runs, newest first, with their target, label and counts (from each run's summary).
+    ``label`` is a shell-style wildcard; ``mutants=False`` leaves out the runs of `casedb mutants`."""
+    where, params = [], []
+    for col, value in (("backend", backend), ("device", device)):
+        if value is not None:
+            where.append(f"{col} = ?")
+            params.append(value)
+    if label is not None:
+        where.append("label GLOB ?")
+        params.append(label)
+    if not mutants:
+        where.append("(label IS NULL OR label NOT GLOB ?)")
+        params.append(MUTANT_LABEL + "*")
+    sql = ("SELECT id, label, status, device, backend, started_at, finished_at, torch_version, summary FROM runs"
+           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC")
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(int(limit))
+    rows = []
+    for r in conn.execute(sql, params).fetchall():
+        summary = loads(r["summary"]) or {}
+        counts = {k: summary.get(k) for k in ("executed", "passed", "failed", "errors", "crashed", "timeouts",
+                                              "xfailed", "xpassed", "skipped")}
+        rows.append({"run_id": r["id"], "label": r["label"], "status": r["status"], "device": r["device"],
+                     "backend": r["backend"], "started_at": r["started_at"], "finished_at": r["finished_at"],
+                     "torch_version": r["torch_version"], **counts})
+    return rows
+
+
+def set_label(conn: sqlite3.Connection, run_id: int, label: str | None) -> dict:
+    """Give run ``run_id`` a label (None clears it); returns the run."""
+    get_run(conn, run_id)
+    if label is not None and (not label.strip() or len(label) > 200 or any(ord(c) < 32 for c in label)):
+        raise InputError(f"a run label is 1 to 200 printable characters, not {label!r}")
+    conn.execute("UPDATE runs SET label = ? WHERE id = ?", [label, run_id])
+    return get_run(conn, run_id)
+
+
+def delete_runs(conn: sqlite3.Connection, run_ids: list[int], *, force: bool = False) -> dict:
+    """Delete runs with their results and judgements, in one transaction. A run
+    whose recording process is alive is refused unless ``force``. Returns what was deleted."""
+    runs = [get_run(conn, int(i)) for i in dict.fromkeys(run_ids)]
+    alive = [r["id"] for r in runs if not force and r["status"] == "running" and r["host"] == socket.gethostname()
+             and any(pid_alive(s.get("pid")) for s in [r["selection"], *r["selection"].get("resumed", [])])]
+    if alive:
+        raise InputError(f"run {alive[0]} is still running (its process is alive): wait for it, "
+                         "or stop it first (--force deletes it anyway)")
+    counts = {"runs": 0, "results": 0, "judgements": 0}
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for r in runs:
+            for table, col in (("judgements", "run_id"), ("results", "run_id"), ("runs", "id")):
+                counts[table] += conn.execute(f"DELETE FROM {table} WHERE {col} = ?", [r["id"]]).rowcount
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    counts["run_ids"] = [r["id"] for r in runs]
+    return counts
+
+
+def failure_groups(conn: sqlite3.Connection, run_id: int, *, limit: int | None = None) -> list[dict]:
+    """The run's failing cases (failed, error, crashed, timeout), grouped by cause: op × stage ×
+    the normalized first error line or a wrong result's pattern (:mod:`casedb.causes`), biggest first."""
+    failing = sorted(o.name for o in outcomes.OUTCOMES if o.failing)
+    groups: dict[tuple, dict] = {}
+    for r in conn.execute(
+            f"""SELECT r.signature, r.outcome, r.stage, r.error_type, r.error_message, r.reason, c.op,
+                       CASE WHEN json_valid(r.metrics) THEN json_extract(r.metrics, '$.pattern') END AS pattern,
+                       (SELECT mc.model || '::' || mc.name FROM model_cases mc WHERE mc.signature = r.signature
+                        ORDER BY mc.model, mc.name LIMIT 1) AS example
+                FROM results r JOIN cases c ON c.signature = r.signature
+                WHERE r.run_id = ? AND r.outcome IN ({', '.join('?' * len(failing))})
+                ORDER BY c.op, example, r.signature""", [run_id, *failing]):
+        why = causes.cause(r[1], r[2], r[3], r[4], r[5], r[7])
+        g = groups.setdefault((r[6], why), {"op": r[6], "cause": why, "stage": r[2], "outcome": r[1],
+                                            "count": 0, "examples": [], "signatures": []})
+        g["count"] += 1
+        g["outcome"] = outcomes.worst([g["outcome"], r[1]])
+        if len(g["signatures"]) < 20:
+            g["signatures"].append(r[0])
+        if len(g["examples"]) < 3 and r[8]:
+            g["examples"].append(r[8])
+    out = sorted(groups.values(), key=lambda g: (-g["count"], g["op"], g["cause"]))
+    return out if limit is None else out[:limit]

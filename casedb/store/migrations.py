@@ -508,3 +508,11 @@ def m131_bias_values(db):
     # of one case stay apart in the same results table.
     for col, kind in (("bias_mean", float), ("bias_toward", float), ("bias_count", int), ("input_values", str)):
         db["results"].add_column(col, kind)
+
+
+@migrations()
+def m132_run_labels(db):
+    # A run's label (`casedb run --label`, `casedb runs label`): what a person calls it; mutant
+    # runs are labelled by `casedb mutants` so that report and the charts can leave them out.
+    db["runs"].add_column("label", str)
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_label ON runs (label)")
