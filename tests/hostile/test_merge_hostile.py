@@ -157,7 +157,8 @@ HOSTILE_SOURCES = {
                               "'runs' is a view on 'runs', casedb's is a table"),
     "a trigger of its own": (["CREATE TRIGGER t AFTER INSERT ON results BEGIN DELETE FROM results; END"],
                              "trigger 't' on 'results' is not casedb's"),
-    "a reduced schema (cases without inputs)": (["ALTER TABLE cases DROP COLUMN inputs"],
+    # (the occurrences view reads cases.inputs: SQLite drops the column only without it)
+    "a reduced schema (cases without inputs)": (["DROP VIEW occurrences", "ALTER TABLE cases DROP COLUMN inputs"],
                                                 "table 'cases' is not defined as casedb defines it"),
     "bad JSON in a selection": (["UPDATE runs SET selection = '{\"options\": '"],
                                 "rows that are not what casedb writes (its selection as a JSON object"),
