@@ -113,7 +113,8 @@ BF16_ADD = {"op": "torch.add", "signature": "b1a5" * 16, "dtype": "bfloat16",
 def test_the_default_judge_fails_a_truncating_backend_that_every_per_element_judge_passes():
     from casedb.mutation import mutants  # noqa: F401  (registers the backends)
     from casedb.judge import numerics
-    from casedb.run.execute import judge, run_case
+    from casedb.judge.verdict import judge
+    from casedb.run.execute import run_case
 
     # the bf16 default tolerance, as a run gives it (the policy's, which the ULP judge refines)
     tols = numerics.Policy().tolerances({"name": "add", "model": "m"}, BF16_ADD, ["bfloat16"])

@@ -202,7 +202,7 @@ def test_opaque_parts_beside_tensors_leave_the_result_comparable():
 def test_measured_in_chunks_as_whole(monkeypatch, dtype):
     # a large output is measured CHUNK elements at a time (float64 temporaries of the whole took a
     # worker past its memory): every figure must be what one pass over the whole gives
-    import casedb.judge.compare as cmp
+    import casedb.judge.ulp as cmp
 
     g = torch.Generator().manual_seed(0)
     hi = (torch.randn(6, 50, generator=g, dtype=torch.float64) * torch.logspace(-3, 2, 50, dtype=torch.float64))

@@ -251,7 +251,7 @@ def test_execution_is_a_plain_dataclass():
 
 
 def test_constant_kind_measured_in_chunks_as_whole(monkeypatch):
-    import casedb.judge.compare as cmp
+    import casedb.judge.ulp as cmp
     from casedb.judge.execution import _constant_kind
 
     tol = (1.3e-6, 1e-5)

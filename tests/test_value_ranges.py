@@ -77,7 +77,8 @@ def test_extremal_inputs_as_generated():
 def test_a_softmax_overflow_is_caught_only_by_the_extremal_variant():
     from casedb.judge import numerics
     from casedb.mutation import mutants  # noqa: F401  (registers the backends)
-    from casedb.run.execute import judge, run_case
+    from casedb.judge.verdict import judge
+    from casedb.run.execute import run_case
 
     tols = numerics.Policy().tolerances({"name": "softmax", "model": "m"}, SOFTMAX, ["float32"])
 

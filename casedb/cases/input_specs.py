@@ -68,7 +68,10 @@ def read_input(item: Any, ctx: InputContext, label: str) -> dict:
     if isinstance(body, dict) and body.get("as") == "data":
         # a tensor spec whose values a file holds (the RFC implementation's init: file): a data tensor
         f = _file(body, ctx, label)
-        return {"tensor": {"shape": f["shape"], "dtype": f["dtype"], "init": "data", "blob": f["blob"]}}
+        t = {"shape": f["shape"], "dtype": f["dtype"], "init": "data", "blob": f["blob"]}
+        if body.get("layout"):
+            t.update(preset="strided", preset_args=body["layout"])
+        return {"tensor": t}
     return {"file": _file(body, ctx, label)}
 
 
@@ -183,18 +186,7 @@ def _tensor(spec: Any, ctx: InputContext, label: str) -> dict:
         if "shape" not in spec:
             raise ValueError(f"{label}: tensor needs a 'shape' (use [] for a 0-d tensor)")
         out = {"shape": _shape(spec["shape"], label), "dtype": dtype, "init": init}
-        args = {k: _number(v, f"{label}.init_args.{k}") for k, v in init_args.items()}
-        if init == "randint":
-            args.setdefault("low", 0)
-            args.setdefault("high", 2 if dtype == "bool" else 10)
-            if args["high"] <= args["low"]:
-                raise ValueError(f"{label}: randint needs high > low (got low={args['low']}, high={args['high']})")
-        elif init == "uniform":
-            args.setdefault("low", 0.0)
-            args.setdefault("high", 1.0)
-        problem = _init_problem(init, out["shape"], args)
-        if problem:
-            raise ValueError(f"{label}: {problem}")
+        args = _init_args(init, init_args, dtype, out["shape"], label)
         if args:
             out["init_args"] = args
     if spec.get("device_layout") is not None:
@@ -213,6 +205,23 @@ def _tensor(spec: Any, ctx: InputContext, label: str) -> dict:
     elif spec.get("preset_args"):
         raise ValueError(f"{label}: preset_args given without a preset")
     return out
+
+
+def _init_args(init: str, given: dict, dtype: str, shape: list, label: str) -> dict:
+    """An init's arguments as numbers, with the defaults of randint and uniform; checked for the shape."""
+    args = {k: _number(v, f"{label}.init_args.{k}") for k, v in given.items()}
+    if init == "randint":
+        args.setdefault("low", 0)
+        args.setdefault("high", 2 if dtype == "bool" else 10)
+        if args["high"] <= args["low"]:
+            raise ValueError(f"{label}: randint needs high > low (got low={args['low']}, high={args['high']})")
+    elif init == "uniform":
+        args.setdefault("low", 0.0)
+        args.setdefault("high", 1.0)
+    problem = _init_problem(init, shape, args)
+    if problem:
+        raise ValueError(f"{label}: {problem}")
+    return args
 
 
 def _init_problem(init: str, shape: list, args: dict) -> str | None:

@@ -27,7 +27,6 @@ with a random init are 50 % True (``randint`` honours its bounds); integer tenso
 from __future__ import annotations
 
 import functools
-import math
 import re
 from typing import Any, Callable
 
@@ -38,6 +37,7 @@ from casedb.cases import dtypes as dtypes_mod
 from casedb.cases import presets as presets_mod
 from casedb.cases import value_ranges
 from casedb.cases.safe_eval import parse_py_literal
+from casedb.cases.generators import GENERATORS as _GEN
 from casedb.cases.signature import data_seed
 
 INPUT_KINDS = ("tensor", "value", "py", "tensor_list", "file")
@@ -375,126 +375,6 @@ class _ShapeBuilder(_Builder):
 
     def generate(self, spec: dict, dtype: torch.dtype, label: str, source: dict) -> torch.Tensor:
         return torch.empty(tuple(spec.get("shape") or ()), dtype=dtype)
-
-
-# ------------------------------------------------------------------------------------ generators
-
-_NATIVE_RAND = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
-
-
-def _component(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype == torch.complex64 else torch.float16 if dtype == torch.complex32 else torch.float64
-
-
-def _ints(shape, dtype, low, high, g):
-    if dtype in _NATIVE_RAND or not (dtype.is_floating_point or dtype.is_complex):
-        return torch.randint(int(low), int(high), shape, generator=g, dtype=dtype)
-    # float8 and complex: torch.randint cannot make them directly
-    return torch.randint(int(low), int(high), shape, generator=g, dtype=torch.int64).to(dtype)
-
-
-def _is_int(dtype):
-    return not (dtype.is_floating_point or dtype.is_complex) and dtype != torch.bool
-
-
-def _rand(shape, dtype, a, g):
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g, dtype=torch.bool)
-    if _is_int(dtype):
-        return _ints(shape, dtype, 0, 10, g)
-    if dtype in _NATIVE_RAND:
-        return torch.rand(shape, generator=g, dtype=dtype)
-    if dtype.is_complex:
-        c = _component(dtype)
-        return torch.view_as_complex(torch.rand(shape + (2,), generator=g, dtype=c)).to(dtype)
-    return torch.rand(shape, generator=g, dtype=torch.float32).to(dtype)
-
-
-def _randn(shape, dtype, a, g):
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g, dtype=torch.bool)
-    if _is_int(dtype):
-        return _ints(shape, dtype, 0, 10, g)
-    t = torch.randn(shape, generator=g, dtype=torch.complex128 if dtype.is_complex else torch.float64)
-    std, mean = a.get("std", 1), a.get("mean", 0)
-    if std != 1:
-        t.mul_(std)
-    if mean != 0:
-        t.add_(mean)
-    return t.to(dtype)
-
-
-def _uniform(shape, dtype, a, g):
-    low, high = a.get("low", 0.0), a.get("high", 1.0)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g, dtype=torch.bool)
-    if _is_int(dtype):
-        lo = math.floor(low)
-        return _ints(shape, dtype, lo, max(math.ceil(high), lo + 1), g)
-    t = torch.rand(shape + ((2,) if dtype.is_complex else ()), generator=g, dtype=torch.float64)
-    if high - low != 1:
-        t.mul_(high - low)
-    if low != 0:
-        t.add_(low)
-    if dtype.is_complex:
-        t = torch.view_as_complex(t)
-    return t.to(dtype)
-
-
-def _randint(shape, dtype, a, g):
-    low = a.get("low", 0)
-    high = a.get("high", 2 if dtype == torch.bool else 10)
-    return _ints(shape, dtype, low, high, g)
-
-
-def _arange(shape, dtype, a, g):
-    start, step = a.get("start", 0), a.get("step", 1)
-    wide = dtype.is_floating_point or dtype.is_complex or isinstance(start, float) or isinstance(step, float)
-    t = torch.arange(math.prod(shape), dtype=torch.float64 if wide else torch.int64)
-    if step != 1:
-        t.mul_(step)
-    if start != 0:
-        t.add_(start)
-    return t.reshape(shape).to(dtype)
-
-
-def _zeros(shape, dtype, a, g):
-    return torch.zeros(shape, dtype=dtype)
-
-
-def _ones(shape, dtype, a, g):
-    return torch.ones(shape, dtype=dtype)
-
-
-def _full(shape, dtype, a, g):
-    return torch.full(shape, a["fill_value"], dtype=dtype)
-
-
-def _eye(shape, dtype, a, g):
-    """The identity matrix (a square 2-d shape; casedb.cases.spec checks it)."""
-    return torch.eye(shape[0], shape[1], dtype=dtype)
-
-
-def _xavier(shape, dtype, a, g):
-    """Glorot uniform, gain 1 (``torch.nn.init.xavier_uniform_``): U(-b, b), b = sqrt(6 / (fan_in +
-    fan_out)), drawn from the case's generator in float64."""
-    field = math.prod(shape[2:])
-    bound = math.sqrt(6.0 / (shape[1] * field + shape[0] * field))
-    t = torch.rand(shape, generator=g, dtype=torch.float64).mul_(2 * bound).sub_(bound)
-    return t.to(dtype)
-
-
-def _cumsum_offsets(shape, dtype, a, g):
-    """Group end offsets for ``torch._grouped_mm``: ``total`` rows dealt at random to ``shape[0]``
-    groups, cumulated (non-decreasing, the last is ``total``)."""
-    groups = shape[0]
-    picks = torch.randint(0, max(groups, 1), (int(a["total"]),), generator=g, dtype=torch.int64)
-    return torch.bincount(picks, minlength=groups)[:groups].cumsum(0).reshape(shape).to(dtype)
-
-
-_GEN = {"rand": _rand, "randn": _randn, "uniform": _uniform, "randint": _randint,
-        "arange": _arange, "zeros": _zeros, "ones": _ones, "full": _full, "eye": _eye, "xavier": _xavier,
-        "cumsum_offsets": _cumsum_offsets}
 
 
 # ------------------------------------------------------------------------------------ values

@@ -187,13 +187,14 @@ def export_cmd(
             fail(f"--format must be yaml, spyre-v2 or oplog, not {format!r}")
         with open_db() as store:
             left_out: list = []
+            writers = {"yaml": lambda f, p: export.write_yaml(store, model, f, p),
+                       "spyre-v2": lambda f, p: export_v2.write(store, model, f, p, notes=left_out),
+                       "oplog": lambda f, p: export.write_oplog(store, model, f, p, skipped=left_out)}
             if output:
-                n = export.write_file(store, model, output, format, skipped=left_out)
+                n = export.write_file(output, writers[format])
             else:
                 with stdout() as f:
-                    n = (export.write_yaml(store, model, f) if format == "yaml"
-                         else export_v2.write(store, model, f, notes=left_out) if format == "spyre-v2"
-                         else export.write_oplog(store, model, f, skipped=left_out))
+                    n = writers[format](f, None)
     except (CasedbError, ValueError) as e:
         fail(e)
     for s in left_out:

@@ -9,7 +9,7 @@ layer.
 :func:`measure` takes one floating output — the CPU reference, the target and the
 high-precision reference — and measures the signed error of each element against the
 high-precision reference in ULPs of the output dtype at the element's own magnitude (no lower
-than the tensor's largest / 64, as the ULP judge: :func:`casedb.judge.compare.ulp_scale`).
+than the tensor's largest / 64, as the ULP judge: :func:`casedb.judge.ulp.ulp_scale`).
 Accumulating ops are measured there too, not at their terms' magnitude as the ULP judge bounds
 them: a different summation order is unbiased at any scale (its errors, large where terms
 cancel, only raise the threshold through their spread), while a truncated accumulator's drift
@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from casedb.judge.compare import flat_chunks, ulp_scale, ulp_top
+from casedb.judge.ulp import flat_chunks, ulp_scale, ulp_top
 
 K = 5.0            # standard errors the mean must exceed
 FLOOR = 0.15       # ULPs the mean must exceed whatever the count (see the module docstring)

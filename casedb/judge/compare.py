@@ -49,8 +49,9 @@ from typing import Any
 
 import torch
 
+from casedb.judge.ulp import CHUNK, flat_chunks, hi_chunks, max_of, ulp_errors, ulp_of, ulp_scale, ulp_top
+
 MODES = ("values", "metadata", "bits", "ulp")
-ULP_SCALE_FLOOR = 64  # near-zero elements are measured in ULPs at max|hi| / this
 
 
 @dataclass
@@ -355,7 +356,7 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torc
     top = 0.0
     if ulp:
         hi = _dense(hi)
-        top = _ulp_top(hi)
+        top = ulp_top(hi)
         mag = _dense(mag) if mag is not None and mag.shape == hi.shape else None
         # an all-zero (or non-finite) high-precision result gives ULPs no scale: any rounding
         # residue of a correct target would count as millions of ULPs
@@ -364,7 +365,7 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torc
         # bit-identical (the common case of a matching backend): nothing to measure
         acc.err(0.0, 0.0)
         if ulp:
-            e = _ulp_errors(ref, hi, top, mag)
+            e = ulp_errors(ref, hi, top, mag)
             acc.ulp(e, e)
         return
     if ulp:
@@ -387,25 +388,6 @@ def _compute_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
     return torch.float64 if wide else torch.float32
 
 
-CHUNK = 1 << 24  # elements measured at a time (float64 temporaries of 128 MiB each)
-
-
-def flat_chunks(*ts: torch.Tensor):
-    """Equal flat slices of same-shaped tensors, CHUNK elements at a time: measured whole, the
-    float64 temporaries of one 445M-element attention score took a worker past 22 GiB."""
-    flat = [t.reshape(-1) for t in ts]
-    for i in range(0, flat[0].numel(), CHUNK):
-        yield [f[i:i + CHUNK] for f in flat]
-
-
-def _max(current: float | None, t: torch.Tensor) -> float | None:
-    """The larger of ``current`` and ``t``'s largest element (``current`` when ``t`` is empty)."""
-    if t.numel() == 0:
-        return current
-    m = float(t.max())
-    return m if current is None else max(current, m)
-
-
 def _float_values(ref, out, path, acc: _Acc):
     ct = _compute_dtype(ref.dtype, out.dtype)
     rtol, atol = acc.tol(ref.dtype)
@@ -425,7 +407,7 @@ def _float_values(ref, out, path, acc: _Acc):
             nz &= finite
         bad += int((~close).sum())
         max_abs = max(max_abs, float(diff.max()))
-        max_rel = _max(max_rel, diff[nz] / babs[nz])
+        max_rel = max_of(max_rel, diff[nz] / babs[nz])
     acc.nan_inf |= nan_inf
     acc.err(max_abs, max_rel)
     if bad:
@@ -437,70 +419,22 @@ def _float_values(ref, out, path, acc: _Acc):
                        f"rtol={rtol:g}*|ref|; max abs err {max_abs:.3g}, max rel err {rel}{extra}")
 
 
-def _ulp_top(hi: torch.Tensor) -> float:
-    """The largest finite magnitude of ``hi`` (0 when none)."""
-    top = 0.0
-    for (h,) in flat_chunks(hi):
-        mag = h.abs()
-        top = _max(top, mag[torch.isfinite(mag)])
-    return top
-
-
-def _ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float, m: torch.Tensor | None = None) -> torch.Tensor:
-    """The spacing of ``dtype`` at each element of ``h`` (float64), measured at no less than the
-    tensor's largest magnitude ``top`` / ULP_SCALE_FLOOR nor, given ``m`` (the magnitudes of an
-    accumulating op's terms), ``m`` times the accumulation's epsilon over the dtype's."""
-    info = torch.finfo(dtype)
-    mag = h.abs()
-    mag = mag.masked_fill(~torch.isfinite(mag), 1.0)
-    if m is not None:
-        acc_eps = torch.finfo(torch.float32 if dtype.itemsize <= 4 else torch.float64).eps
-        m = m.to(torch.float64).abs()
-        mag = torch.maximum(mag, m.masked_fill(~torch.isfinite(m), 0.0) * (acc_eps / info.eps))
-    mag = torch.clamp(mag, min=max(top / ULP_SCALE_FLOOR, info.tiny))
-    return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
-
-
-# what the bias judge (casedb.judge.bias) measures its errors in: the same ULPs as this judge's
-ulp_scale, ulp_top = _ulp_scale, _ulp_top
-
-
-def _ulp_of(x: torch.Tensor, h: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """|x - h| in ULPs (``scale``) over the elements finite on both sides (``h`` float64)."""
-    a = x.to(torch.float64)
-    return ((a - h).abs() / scale)[torch.isfinite(a) & torch.isfinite(h)]
-
-
-def _hi_chunks(hi: torch.Tensor, mag: torch.Tensor | None, *ts: torch.Tensor):
-    """flat_chunks of ``ts``, ``hi`` (as float64) and ``mag`` (None stays None)."""
-    for chunk in flat_chunks(*ts, hi, *(() if mag is None else (mag,))):
-        yield (*chunk[:len(ts)], chunk[len(ts)].to(torch.float64), chunk[len(ts) + 1] if mag is not None else None)
-
-
-def _ulp_errors(x: torch.Tensor, hi: torch.Tensor, top: float, mag: torch.Tensor | None = None) -> float:
-    """The largest |x - hi| over finite elements, in ULPs of x's dtype (``top``, ``mag``: see _ulp_scale)."""
-    worst = 0.0
-    for xc, h, m in _hi_chunks(hi, mag, x):
-        worst = _max(worst, _ulp_of(xc, h, _ulp_scale(h, x.dtype, top, m)))
-    return worst
-
-
 def _ulp_values(ref, out, hi, top, mag, path, acc: _Acc):
     e_t, e_r = 0.0, 0.0
     # two passes: which elements fail depends on the reference's own error over the whole tensor;
     # a tensor of one chunk (nearly all) keeps its scale for the second
     kept = [] if ref.numel() <= CHUNK else None
-    for o, r, h, m in _hi_chunks(hi, mag, out, ref):
-        scale = _ulp_scale(h, ref.dtype, top, m)
-        e_t, e_r = _max(e_t, _ulp_of(o, h, scale)), _max(e_r, _ulp_of(r, h, scale))
+    for o, r, h, m in hi_chunks(hi, mag, out, ref):
+        scale = ulp_scale(h, ref.dtype, top, m)
+        e_t, e_r = max_of(e_t, ulp_of(o, h, scale)), max_of(e_r, ulp_of(r, h, scale))
         if kept is not None:
             kept.append(scale)
     acc.ulp(e_t, e_r)
     bound = max(acc.ulp_k * e_r, acc.ulp_floor)
     n_bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
-    for i, (o, r, h, m) in enumerate(_hi_chunks(hi, mag, out, ref)):
+    for i, (o, r, h, m) in enumerate(hi_chunks(hi, mag, out, ref)):
         a, b = o.to(torch.float64), r.to(torch.float64)
-        scale = kept[i] if kept else _ulp_scale(h, ref.dtype, top, m)
+        scale = kept[i] if kept else ulp_scale(h, ref.dtype, top, m)
         finite = torch.isfinite(a) & torch.isfinite(b)
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
         lost = ~finite & ~same
@@ -510,7 +444,7 @@ def _ulp_values(ref, out, hi, top, mag, path, acc: _Acc):
         babs = b.abs()
         nz = (babs > 0) & finite
         max_abs = max(max_abs, float(diff.max()))
-        max_rel = _max(max_rel, diff[nz] / babs[nz])
+        max_rel = max_of(max_rel, diff[nz] / babs[nz])
     acc.nan_inf |= nan_inf
     acc.err(max_abs, max_rel)
     if n_bad:
@@ -531,7 +465,7 @@ def _exact_values(ref, out, path, acc: _Acc):
         diff = (a - b).abs()
         babs = b.abs()
         nz = babs > 0
-        max_rel = _max(max_rel, diff[nz] / babs[nz])
+        max_rel = max_of(max_rel, diff[nz] / babs[nz])
         max_abs = max(max_abs, float(diff.max()))
     acc.err(max_abs, max_rel)
     if bad:

@@ -17,7 +17,8 @@ import torch
 
 from casedb.cases.materialize import result_leaves
 from casedb.judge import numerics
-from casedb.judge.compare import Comparison, compare, flat_chunks
+from casedb.judge.compare import Comparison, compare
+from casedb.judge.ulp import flat_chunks
 
 TEXT_LIMIT = 2048          # error_message / traceback excerpt in to_dict()
 _MESSAGE_KEEP = 65536      # message kept for matching expects_error

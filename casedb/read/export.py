@@ -13,7 +13,7 @@ import hashlib
 import math
 import re
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 import yaml
 
@@ -235,9 +235,10 @@ def write_oplog(store: Store, model: str, out: IO[str], out_path: Path | None = 
     return oplog.write(occurrences, out, skipped=skipped if skipped is not None else [])
 
 
-def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped: list | None = None) -> int:
-    """Write ``model`` to ``path`` (``fmt``: yaml, spyre-v2 or oplog) through a file beside it renamed into
-    place: an unknown model or a failing case leaves a file already there as it was."""
+def write_file(path: Path, write: Callable[[IO[str], Path], int]) -> int:
+    """Call ``write(file, path)`` (a writer of one format, returning how many cases it wrote) on a
+    file beside ``path`` renamed into place: an unknown model or a failing case leaves a file
+    already there as it was."""
     import os
     import tempfile
 
@@ -246,13 +247,7 @@ def write_file(store: Store, model: str, path: Path, fmt: str = "yaml", skipped:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if fmt == "spyre-v2":
-                from casedb.read import export_v2
-
-                n = export_v2.write(store, model, f, path, notes=skipped)
-            else:
-                n = (write_yaml(store, model, f, path) if fmt == "yaml"
-                     else write_oplog(store, model, f, path, skipped=skipped))
+            n = write(f, path)
         # mkstemp makes the file 0600: give it the mode a new file gets (0666 less the umask)
         umask = os.umask(0)
         os.umask(umask)

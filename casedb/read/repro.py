@@ -30,19 +30,24 @@ _SCRIPT_MODULES = {"torch", "math", "io", "sys", "zlib", "base64", "operator", "
                    "typing", "json", "importlib"}
 
 
-def _inline_module(module) -> str:
-    """A whole casedb module that needs nothing but torch and the standard library (compare,
-    blobs), as the script's own code."""
+def _inline_module(module, together: tuple = ()) -> str:
+    """A whole casedb module that needs nothing but torch, the standard library and the modules
+    inlined before it (``together``: their import lines are dropped, their names are the
+    script's own), as the script's own code."""
     import ast
 
     source = inspect.getsource(module)
+    dropped = set()
     for node in ast.walk(ast.parse(source)):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         for n in names:
-            if n != "__future__" and n.split(".")[0] not in _SCRIPT_MODULES:
+            if n in together:
+                dropped.update(range(node.lineno, node.end_lineno + 1))
+            elif n != "__future__" and n.split(".")[0] not in _SCRIPT_MODULES:
                 raise CasedbError(f"cannot copy {module.__name__} into a repro: it imports {n}")
-    lines = [ln for ln in source.splitlines() if ln.strip() != "from __future__ import annotations"]
+    lines = [ln for i, ln in enumerate(source.splitlines(), 1)
+             if i not in dropped and ln.strip() != "from __future__ import annotations"]
     return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
 
 
@@ -196,8 +201,8 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
            replace_device: bool = True, model: str | None = None) -> str:
     """The repro script for the case `name` (signature prefix, case name or model::name);
     ``model`` picks whose tolerances it uses when several models share the case."""
-    from casedb.cases import blobs, materialize, ops, presets
-    from casedb.judge import compare, numerics
+    from casedb.cases import blobs, generators, materialize, ops, presets
+    from casedb.judge import compare, numerics, ulp
     from casedb.run import execute
     from casedb.run.runspec import RunSpec
     from casedb.run.target import check_import, import_module
@@ -233,11 +238,11 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
         "imports": imports, "expects_error": occ.get("expects_error"),
         "used_by": [{"model": r["model"], "name": r["name"], "rtol": r["rtol"], "atol": r["atol"],
                      "source": r.get("source")} for r in store.find(case["signature"])[:50]],
-        "generators": {init: fn.__name__ for init, fn in materialize._GEN.items()},
+        "generators": {init: fn.__name__ for init, fn in generators.GENERATORS.items()},
         "presets": {p: presets.PRESETS[p].fn.__name__ for p in used_presets},
     }
-    helpers = (_inline_module(blobs) + _inline_module(compare) + "# ---- functions of casedb.cases.materialize, ops, "
-               "execute, presets\n" + _copy_with_dependencies([*materialize._GEN.values(), ops._setitem, execute._to_cpu,
+    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(compare, together=(ulp.__name__,)) + "# ---- functions of casedb.cases.generators, ops, "
+               "execute, presets\n" + _copy_with_dependencies([*generators.GENERATORS.values(), ops._setitem, execute._to_cpu,
                                                                *(presets.PRESETS[p].fn for p in used_presets)]))
     _check_names(helpers)
     text = TEMPLATE.read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ from pathlib import Path
 from casedb.cases import dtypes
 from casedb.scan import config as scan_config
 from casedb.scan.config import ScanError
-from casedb.scan.inputs import INPUT_DEFAULTS, kind_of
+from casedb.scan.kinds import INPUT_DEFAULTS, kind_of
 from casedb.scan.pooling import POOLINGS
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "manifests" / "scan"

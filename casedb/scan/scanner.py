@@ -74,7 +74,8 @@ import torch
 from casedb.cases import dtypes
 from casedb.scan import config as scan_config
 from casedb.scan.config import ScanError
-from casedb.scan.inputs import NO_DECODE, decode_inputs, prefill_inputs  # noqa: F401 (bench_scan)
+from casedb.scan.inputs import decode_inputs, prefill_inputs  # noqa: F401 (bench_scan)
+from casedb.scan.kinds import NO_DECODE
 from casedb.scan.recipes import Recipe, ScanPath, display_path, load_recipe, recipe_names  # noqa: F401 (tests)
 from casedb.scan.recording import Recorder
 

@@ -278,12 +278,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out["planned"] = sel.get("planned")
     out["options"] = sel.get("options")
     out["triage_files"] = list((sel.get("options") or {}).get("triage") or [])
-    t = conn.execute("""SELECT sum(t_ref), sum(t_compile), sum(t_exec), sum(duration), count(t_compile), count(t_exec)
-                        FROM results WHERE run_id = ?""", [run_id]).fetchone()
-    out["time"] = {"ref_s": _r(t[0]), "compile_s": _r(t[1]), "exec_s": _r(t[2]), "cases_s": _r(t[3]),
-                   "compile_ms_per_case": _r(1000 * t[1] / t[4]) if t[4] else None,
-                   "exec_ms_per_case": _r(1000 * t[2] / t[5]) if t[5] else None,
-                   "ref_ms_per_case": _r(1000 * t[0] / executed) if executed and t[0] is not None else None}
+    out["time"] = _times(conn, run_id, executed)
     models: dict[str, dict] = {}
     for model, outcome, n in conn.execute(
             "SELECT model, outcome, count(*) FROM judgements WHERE run_id = ? GROUP BY model, outcome ORDER BY model",
@@ -297,6 +292,16 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
         out["duration_s"] = _r((_dt.datetime.fromisoformat(run["finished_at"])
                                 - _dt.datetime.fromisoformat(run["started_at"])).total_seconds())
     return out
+
+
+def _times(conn: sqlite3.Connection, run_id: int, executed: int) -> dict:
+    """Where a run's time went: seconds per phase, and milliseconds per case."""
+    t = conn.execute("""SELECT sum(t_ref), sum(t_compile), sum(t_exec), sum(duration), count(t_compile), count(t_exec)
+                        FROM results WHERE run_id = ?""", [run_id]).fetchone()
+    return {"ref_s": _r(t[0]), "compile_s": _r(t[1]), "exec_s": _r(t[2]), "cases_s": _r(t[3]),
+            "compile_ms_per_case": _r(1000 * t[1] / t[4]) if t[4] else None,
+            "exec_ms_per_case": _r(1000 * t[2] / t[5]) if t[5] else None,
+            "ref_ms_per_case": _r(1000 * t[0] / executed) if executed and t[0] is not None else None}
 
 
 def _r(x, digits: int = 4):
