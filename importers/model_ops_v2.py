@@ -314,9 +314,10 @@ def tensor(spec: Any, label: str) -> dict:
     if init == "file":
         if not init_args.get("path"):
             raise ValueError(f"{label}: init: file needs init_args.path")
-        # read by casedb.cases.spec into a data tensor (values from the file, checked against shape and dtype)
+        # read by casedb.cases.spec into a data tensor (values from the file, checked against shape and
+        # dtype) laid out as recorded (their loader makes it contiguous; casedb keeps recorded layouts)
         return {"file": {"path": str(init_args["path"]), "key": init_args.get("key"), "shape": shape,
-                         "dtype": dtype, "as": "data"}}
+                         "dtype": dtype, "as": "data", "layout": _layout(spec, shape, label)}}
     out = {"shape": shape, "dtype": dtype, **_init(init, init_args, shape, dtype, label)}
     layout = _layout(spec, shape, label)
     if layout:

@@ -127,6 +127,16 @@ def test_bad_init_is_refused_with_file_and_line(cli, db_path, tmp_path, init, ar
     assert f"{bad}:" in r.output and message in r.output
 
 
+def test_file_init_keeps_a_recorded_layout(cli, db_path, tmp_path):
+    text = TOY.read_text().replace("                            path: files/b.npy\n",
+                                   "                            path: files/b.npy\n                          stride: [1, 2]\n")
+    shutil.copytree(V2 / "files", tmp_path / "files")
+    (tmp_path / "f.yaml").write_text(text)
+    assert cli("import", tmp_path / "f.yaml").exit_code == 0
+    b = args_of(db_path, "torch.add.3")[1]
+    assert b.stride() == (1, 2) and torch.equal(b, torch.arange(6.0).reshape(2, 3) - 2.5)
+
+
 def test_file_init_checks_shape_and_dtype(cli, tmp_path):
     (tmp_path / "files").mkdir()
     torch.save(torch.zeros(2, 2), tmp_path / "files" / "a.pt")

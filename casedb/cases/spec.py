@@ -286,7 +286,10 @@ def _input(item: Any, ctx: _Ctx, label: str) -> dict:
     if isinstance(body, dict) and body.get("as") == "data":
         # a tensor spec whose values a file holds (the RFC implementation's init: file): a data tensor
         f = _file(body, ctx, label)
-        return {"tensor": {"shape": f["shape"], "dtype": f["dtype"], "init": "data", "blob": f["blob"]}}
+        t = {"shape": f["shape"], "dtype": f["dtype"], "init": "data", "blob": f["blob"]}
+        if body.get("layout"):
+            t.update(preset="strided", preset_args=body["layout"])
+        return {"tensor": t}
     return {"file": _file(body, ctx, label)}
 
 
