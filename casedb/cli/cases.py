@@ -14,6 +14,8 @@ from rich.text import Text
 
 from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, open_db, stdout
 from casedb.errors import CasedbError
+from casedb.read import tables
+from casedb.read.tables import Format
 
 @app.command("import")
 def import_cmd(
@@ -80,19 +82,18 @@ def import_cmd(
 # ----------------------------------------------------------------------------------- listing
 
 @app.command("models")
-def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+def models_cmd(
+    fmt: Optional[Format] = typer.Option(None, "--format", help="table, plain (tab-separated rows) or json; default: "
+                                                             "a table on a terminal, plain rows in a pipe."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
     """List models with their case counts."""
     rows = from_store(lambda store: store.models())
     if as_json:
         emit_json(rows)
         return
-    table = Table()
-    for col in ("model", "variant of", "cases", "unique", "ops", "calls", "source"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["name"], r["variant_of"] or "", str(r["cases"]), str(r["unique_cases"]), str(r["ops"]),
-                      str(r["calls"]), r["source"] or "")
-    console.print(table)
+    tables.emit(rows, ("name", "variant_of", "cases", "unique_cases", "ops", "calls", "source"), console=console,
+                fmt=fmt, headers={"name": "model", "variant_of": "variant of", "unique_cases": "unique"})
 
 
 CASE_KEYS = ("model", "name", "op", "signature", "shapes", "dtype", "marks", "count", "rtol", "atol", "description")
@@ -102,11 +103,14 @@ CASE_KEYS = ("model", "name", "op", "signature", "shapes", "dtype", "marks", "co
 def cases_cmd(
     model: Optional[List[str]] = typer.Option(None, "--model", help="Only these models (repeatable)."),
     op: Optional[str] = typer.Option(None, "--op", help="Only this op (exact or substring)."),
-    keyword: Optional[str] = typer.Option(None, "-k", help="Substring of case name, op or model."),
+    keyword: Optional[str] = typer.Option(None, "-k", help="Keyword expression as pytest's -k: substrings of case "
+                                                           "name, op or model with and/or/not."),
     markexpr: Optional[str] = typer.Option(None, "-m", help="Marker expression, e.g. 'not constant'."),
     show_excluded: bool = typer.Option(False, "--show-excluded",
                                        help="Show the cases the marker expression (default: the RFC's) excludes."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Show at most N."),
+    fmt: Optional[Format] = typer.Option(None, "--format", help="table, plain (tab-separated rows) or json; default: "
+                                                                 "a table on a terminal, plain rows in a pipe."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """List case occurrences."""
@@ -116,12 +120,9 @@ def cases_cmd(
     if as_json:
         emit_json([{k: r[k] for k in CASE_KEYS} for r in rows])
         return
-    table = Table()
-    for col in ("model", "name", "op", "inputs", "marks", "sig"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["model"], r["name"], r["op"], r["shapes"], ",".join(r["marks"]), r["signature"][:12])
-    console.print(table)
+    shown = [{**r, "marks": ",".join(r["marks"]), "sig": r["signature"][:12]} for r in rows]
+    tables.emit(shown, ("model", "name", "op", "shapes", "marks", "sig"), console=console, fmt=fmt,
+                headers={"shapes": "inputs"})
     err_console.print(f"{len(rows)} cases")
 
 
