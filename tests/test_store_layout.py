@@ -68,7 +68,7 @@ def test_retired_occurrences_stay_in_the_view_and_out_of_listings_and_plans(tmp_
     view = rows(store.path, "SELECT name, retired_at IS NOT NULL AS retired FROM occurrences ORDER BY position")
     assert [(r["name"], r["retired"]) for r in view] == [("own_marks", 0), ("derived_only", 0), ("retired_later", 1)]
     assert [o["name"] for o in store.occurrences(markexpr="")] == ["own_marks", "derived_only"]
-    assert [it.occurrences[0]["name"] for it in build_plan(store)] == ["own_marks", "derived_only"]
+    assert [it.occurrences[0].name for it in build_plan(store)] == ["own_marks", "derived_only"]
     assert [o["name"] for o in store.find("retired_later")] == ["retired_later"]  # found when nothing current is
 
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from casedb.cli.common import app, console, err_console, fail, open_db
+from casedb.cli.common import app, console, emit_json, err_console, fail, open_db
 from casedb.errors import CasedbError
 from casedb.read.tables import Format
 from casedb.run.console import clean

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from casedb import outcomes
-from casedb.cases import dtypes, valid_inputs, value_ranges
+from casedb.cases import dtypes, valid_inputs
 from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
 from casedb.judge import numerics
@@ -251,6 +251,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     triage files (``triage``: a casedb.triage.entries.Triage); returns the payload the recording process
     stores (JSON-safe): outcome, reason, result row, judgements."""
     # (both import torch: only the processes that run cases pay for it)
+    from casedb.cases import value_ranges
     from casedb.judge.verdict import judge
     from casedb.run import execute
 
