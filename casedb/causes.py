@@ -21,17 +21,31 @@ _VARYING = (
 )
 
 
-def first_line(text: str | None) -> str:
-    """The first non-empty line of ``text`` (an exception's message often ends in a traceback)."""
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed|Interrupt|Exit)\b\s*:")
+_ADDRESS = re.compile(r" (object )?at 0x[0-9a-f]+")
 
 
-def normalize(text: str | None) -> str:
-    """``text``'s first line with varying parts as placeholders, at most :data:`MAX_CHARS`."""
-    line = first_line(text)
+def first_error_line(error_type: str | None, message: str | None, reason: str | None) -> str:
+    """The line of an error that says what went wrong (a triage entry's reason, a report's table row)."""
+    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith(" raised:"):
+        line = lines[1]  # dynamo's "backend='inductor' raised:" says nothing; the next line does
+    else:
+        line = next((ln for ln in lines if _ERROR_LINE.match(ln)), None)
+    if line is None and lines:
+        short = (error_type or "").rsplit(".", 1)[-1]
+        line = f"{short}: {lines[0]}" if short and not lines[0].startswith(short) else lines[0]
+    if line is None:
+        line = next((ln.strip() for ln in (reason or "").split(" | ") if ln.strip()), "") or "failed"
+    line = _ADDRESS.sub("", line)
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def normalize(text: str | None, error_type: str | None = None) -> str:
+    """:func:`first_error_line` of ``text`` with varying parts as placeholders, at most :data:`MAX_CHARS`."""
+    if not text:
+        return ""
+    line = first_error_line(error_type, text, None)
     for pattern, placeholder in _VARYING:
         line = pattern.sub(placeholder, line)
     line = re.sub(r"N(?:, N)+", "N, …", line)  # shapes of any rank read alike: [N, …]
@@ -46,6 +60,5 @@ def cause(outcome: str | None, stage: str | None, error_type: str | None, messag
     head = stage or outcome or "?"
     if outcome == "failed" or stage == "incorrect result":
         return f"{head}: {pattern}" if pattern else head
-    text = normalize(message) or normalize(reason)
-    kind = f"{error_type}: " if error_type else ""
-    return f"{head}: {kind}{text}".rstrip(": ") if (kind or text) else head
+    text = normalize(message, error_type) or normalize(reason)
+    return f"{head}: {text}" if text else head

@@ -209,7 +209,7 @@ def _case(r: dict) -> str:
 
 def _gist(msg: str | None) -> str:
     """The line of an error that says what went wrong: a table row per case (--json keeps the whole)."""
-    from casedb.triage.update import first_error_line
+    from casedb.causes import first_error_line
 
     return first_error_line(None, msg, None) if msg else ""
 

@@ -4,11 +4,11 @@ which file that is (:func:`file_to_edit`). Reads the DB only; the text is edited
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from casedb import outcomes
+from casedb.causes import first_error_line
 from casedb.errors import InputError
 from casedb.judge.selectors import SIGNATURE, TARGET_KEYS, case_norms, literal, normalize
 from casedb.triage.editor import edit
@@ -41,26 +41,6 @@ class Proposal:
     @property
     def changed(self) -> bool:
         return bool(self.added or self.promoted or self.removed or self.rewritten)
-
-
-_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed|Interrupt|Exit)\b\s*:")
-_ADDRESS = re.compile(r" (object )?at 0x[0-9a-f]+")
-
-
-def first_error_line(error_type: str | None, message: str | None, reason: str | None) -> str:
-    """The line of an error that says what went wrong (a triage entry's reason, a report's table row)."""
-    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
-    if len(lines) > 1 and lines[0].endswith(" raised:"):
-        line = lines[1]  # dynamo's "backend='inductor' raised:" says nothing; the next line does
-    else:
-        line = next((ln for ln in lines if _ERROR_LINE.match(ln)), None)
-    if line is None and lines:
-        short = (error_type or "").rsplit(".", 1)[-1]
-        line = f"{short}: {lines[0]}" if short and not lines[0].startswith(short) else lines[0]
-    if line is None:
-        line = next((ln.strip() for ln in (reason or "").split(" | ") if ln.strip()), "") or "failed"
-    line = _ADDRESS.sub("", line)
-    return line if len(line) <= 160 else line[:157] + "..."
 
 
 def file_to_edit(file: Path | None, output: Path | None, root: Path = Path(".")) -> tuple[Path, list[Path]]:
