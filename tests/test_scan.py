@@ -501,10 +501,11 @@ def test_matrix_paths():
     assert recipe.paths()[5].settings() == {
         "name": "static-sdpa-grouped_mm-b2-s12",
         "axes": {"cache": "static", "attention": "sdpa", "batch": 2, "seq_len": 12, "experts": "grouped_mm"},
-        "cache": "static", "attention": "sdpa", "experts": "grouped_mm", "inputs": {"batch": 2, "seq_len": 12}}
+        "cache": "static", "attention": "sdpa", "experts": "grouped_mm", "expert_ranks": 1,
+        "inputs": {"batch": 2, "seq_len": 12}}
     # a recipe without a matrix has one path, as before
     assert [p.settings() for p in scan.load_recipe(DATA / "tiny-gpt-oss.json").paths()] == [
-        {"name": "default", "axes": {}, "cache": "dynamic", "attention": None, "experts": None,
+        {"name": "default", "axes": {}, "cache": "dynamic", "attention": None, "experts": None, "expert_ranks": 1,
          "inputs": {"batch": 1, "seq_len": 256}}]
 
 
@@ -639,7 +640,7 @@ def test_matrix_recipe_errors(tmp_path):
                                         "arch": "GptOssForCausalLM", **doc}))
         return path
 
-    with pytest.raises(scan.ScanError, match="unknown axis 'kv'; axes: cache, attention, experts or an input"):
+    with pytest.raises(scan.ScanError, match="unknown axis 'kv'; axes: cache, attention, experts, expert_ranks or an input"):
         scan.load_recipe(recipe(matrix={"kv": ["paged"]}))
     with pytest.raises(scan.ScanError, match="cache: unknown value.s. paged; choose from dynamic, static"):
         scan.load_recipe(recipe(matrix={"cache": ["paged"]}))

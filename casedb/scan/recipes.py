@@ -23,6 +23,8 @@ RUNTIME_AXES = {
     "attention": ("sdpa", "eager"),
     "experts": ("grouped_mm", "batched_mm", "eager"),
 }
+# Deployment axes counted in ranks (casedb.scan.expert_parallel): the path is rank 0 of N.
+RANK_AXES = {"expert_ranks": "ep"}
 
 # ----------------------------------------------------------------------------------- recipes
 
@@ -172,6 +174,9 @@ def _axes(recipe: Recipe, doc, key: str) -> dict:
             if bad:
                 raise ScanError(f"{axis}: unknown value(s) {', '.join(map(str, bad))}; choose from "
                                 f"{', '.join(RUNTIME_AXES[axis])}", where=where)
+        elif axis in RANK_AXES:
+            for v in values:
+                _check_input_value(axis, v, where)
         elif axis in recipe.inputs:
             for v in values:
                 _check_input_value(axis, v, where)
@@ -181,7 +186,7 @@ def _axes(recipe: Recipe, doc, key: str) -> dict:
                                 "the first value of an axis is the default path's; drop it from inputs",
                                 where=where)
         else:
-            raise ScanError(f"unknown axis {axis!r}; axes: {', '.join(RUNTIME_AXES)} or an input of "
+            raise ScanError(f"unknown axis {axis!r}; axes: {', '.join([*RUNTIME_AXES, *RANK_AXES])} or an input of "
                             f"{recipe.arch} ({', '.join(recipe.inputs)})", where=where)
         if len({json.dumps(v) for v in values}) != len(values):
             raise ScanError(f"axis {axis!r} repeats a value", where=where)
@@ -214,12 +219,13 @@ class ScanPath:
     cache: str = "dynamic"
     attention: str | None = None
     experts: str | None = None
+    expert_ranks: int = 1  # >1: one rank of an expert-parallel deployment
     inputs: dict = field(default_factory=dict, hash=False)
     axes: dict = field(default_factory=dict, hash=False)  # the value of each axis the recipe declares
 
     def settings(self) -> dict:
         return {"name": self.name, "axes": self.axes, "cache": self.cache, "attention": self.attention,
-                "experts": self.experts, "inputs": self.inputs}
+                "experts": self.experts, "expert_ranks": self.expert_ranks, "inputs": self.inputs}
 
 
 _INPUT_PARTS = {"batch": "b", "seq_len": "s", "text_len": "t", "audio_frames": "a", "image_size": "i", "images": "n"}
@@ -234,6 +240,9 @@ def _path(recipe: Recipe, values: dict) -> ScanPath:
             inputs[key] = values[key]
             v = values[key]
             parts.append(_INPUT_PARTS[key] + ("x".join(map(str, v)) if isinstance(v, list) else str(v)))
-    return ScanPath("-".join(parts), cache=values.get("cache", "dynamic"), attention=values.get("attention"),
-                    experts=values.get("experts"), inputs=inputs, axes=dict(values))
+    # one rank of one is no parallelism: the path keeps the name it had without the axis
+    parts += [f"{prefix}{values[axis]}" for axis, prefix in RANK_AXES.items() if values.get(axis, 1) != 1]
+    return ScanPath("-".join(parts) or "default", cache=values.get("cache", "dynamic"), attention=values.get("attention"),
+                    experts=values.get("experts"), expert_ranks=values.get("expert_ranks", 1), inputs=inputs,
+                    axes=dict(values))
 

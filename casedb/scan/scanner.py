@@ -17,7 +17,9 @@ CLIP) have one forward, the prefill; a recipe's ``pooling`` adds a sentence-embe
 Paths: a recipe's ``matrix`` names the runtime choices a deployment varies — the KV cache
 (``dynamic`` / ``static``), the attention implementation (``sdpa`` / ``eager``), the expert
 implementation (``grouped_mm`` / ``batched_mm``, which generate runs for decode steps only /
-``eager``) and forward inputs (``batch`` > 1
+``eager``), one rank of an expert-parallel deployment (``expert_ranks``: each rank holds a
+slice of the experts and masks the tokens routed to the others: casedb.scan.expert_parallel)
+and forward inputs (``batch`` > 1
 means left-padded prompts with an attention mask; ``seq_len`` / ``text_len``). Every combination
 of the ``matrix`` axes is one path, and each value of an ``alone`` axis is one more path on the
 default one (the first value of every axis). A scan runs every path (or one) and writes the union:
@@ -75,6 +77,7 @@ from casedb.cases import dtypes
 from casedb.scan import config as scan_config
 from casedb.scan.config import ScanError
 from casedb.scan.inputs import decode_inputs, prefill_inputs  # noqa: F401 (bench_scan)
+from casedb.scan.expert_parallel import one_rank
 from casedb.scan.kinds import NO_DECODE
 from casedb.scan.recipes import Recipe, ScanPath, display_path, load_recipe, recipe_names  # noqa: F401 (tests)
 from casedb.scan.recording import Recorder
@@ -191,10 +194,12 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
         recorder = Recorder(level, recipe.model, balanced_routing=p.experts == "eager")
         with torch.no_grad():
             prefill = prefill_inputs(recipe, model, p)
-            with _experts(model, DECODE_EXPERTS.get(p.experts)):
-                out = _forward(model, prefill, recorder, record="prefill" in phases, path=p, pooling=recipe.pooling)
-            if "decode" in phases and recipe.kind not in NO_DECODE:
-                _forward(model, decode_inputs(recipe, model, out, p, prefill), recorder, record=True, path=p)
+            with one_rank(model, p.expert_ranks, recipe.source):
+                with _experts(model, DECODE_EXPERTS.get(p.experts)):
+                    out = _forward(model, prefill, recorder, record="prefill" in phases, path=p,
+                                   pooling=recipe.pooling)
+                if "decode" in phases and recipe.kind not in NO_DECODE:
+                    _forward(model, decode_inputs(recipe, model, out, p, prefill), recorder, record=True, path=p)
         runs.append((p, recorder, time.perf_counter() - path_started))
     model = models[(paths[0].attention, paths[0].experts)]
     provenance = bool(recipe.matrix or recipe.alone)
