@@ -11,6 +11,7 @@ from casedb import triage
 from tests import runs_data
 from tests.test_triage_run import FAULTY, TINY  # (a backend that cannot lower mul, rsqrt off by one)
 
+pytest_plugins = ("pytester",)
 RUN = ("run", "--model", "tiny", "--device", "cpu", "-j", "0", "--no-progress")
 EAGER = {"device": "cpu", "backend": "eager", "arch": None}
 INDUCTOR = {"device": "cpu", "backend": "inductor", "arch": None}
@@ -94,3 +95,18 @@ def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path,
         [str(mine.resolve())], [], 0, 0)
     # the faulty backend's own rerun reads it: its failure is known
     assert cli(*RUN, *FAULTY).exit_code == 0
+
+
+def test_the_pytest_front_end_says_which_triage_files_it_loaded(pytester, cli, tmp_path, db_path, monkeypatch):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    assert cli("import", tmp_path / "tiny.yaml").exit_code == 0
+    (pytester.path / "triage").mkdir()
+    (pytester.path / "triage" / "t.yaml").write_text(
+        "version: 1\ncases:\n  - {op: torch.mul, device: cpu, backend: casedb_test_faulty, status: known_failure}\n")
+    monkeypatch.setenv("CASEDB_DB", str(db_path))
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    pytester.makepyfile(test_from_casedb="from casedb.pytest_plugin import test_model_op  # noqa: F401\n")
+    res = pytester.runpytest_subprocess("--casedb-model", "tiny", "--casedb-device", "cpu", "--compile-backend", "eager",
+                                        "-m", "")
+    res.assert_outcomes(passed=4)  # another backend's entry: nothing read of it
+    res.stdout.fnmatch_lines(["casedb: triage files loaded: triage/t.yaml (loaded implicitly from ./triage*"])
