@@ -282,14 +282,17 @@ cases:
   - model: model_a
     name: a_silu
     device: cpu
+    backend: inductor
     status: known_failure
     stage: incorrect result
     reason: 'AssertionError: max abs error 0.5 exceeds tolerance'
   - op: torch.mul
     device: cpu
+    backend: inductor
     status: expected_pass
   - op: torch.nn.functional.softmax
     device: cpu
+    backend: inductor
     status: expected_pass
 """
 
@@ -360,7 +363,7 @@ cases:
     result = cli(*faulty, "--backend", "casedb_test_faulty", "--import", TRIAGE / "faulty_backend.py")
     assert result.exit_code == 1, result.output
     path = tmp_path / "faulty.yaml"
-    assert cli("triage", "update", "--from-run", 1, path).exit_code == 0
+    assert cli("triage", "update", "--from-run", 1, path, "--scope", "device").exit_code == 0  # (default: + backend)
     t = triage.load([path])
     assert [(e.selectors, e.status, e.stage, e.reason) for e in t.entries] == [
         ({"model": "tiny", "name": "mul_1", "device": "cpu"}, "known_failure", "compile: backend compiler",
@@ -373,7 +376,7 @@ cases:
     control = cli("run", "--model", "tiny", "--device", "cpu", "-j", "0", "--no-progress", "--json",
                   "--backend", "eager")
     assert control.exit_code == 0, control.output
-    prop = triage.propose(db_path, 2, path)
+    prop = triage.propose(db_path, 2, path, scope=("device",))
     assert prop.removed == [t.entries[0].where, t.entries[1].where]
     assert prop.promoted == [{"op": "torch.mul", "device": "cpu", "status": "expected_pass"},
                              {"op": "torch.rsqrt", "device": "cpu", "status": "expected_pass"}]

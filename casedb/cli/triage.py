@@ -63,32 +63,50 @@ def triage_update_cmd(
     from_run: int = typer.Option(..., "--from-run", metavar="RUN", help="The run whose results to triage."),
     output: Optional[Path] = typer.Option(None, "-o", "--output",
                                           help="Write the result here ('-': stdout) instead of editing FILE."),
-    scope: str = typer.Option("device", "--scope", help="Target keys new entries are scoped to: device, backend, "
-                                                        "arch (comma-separated), or none."),
-    as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
+    scope: str = typer.Option("device,backend", "--scope",
+                              help="Target keys new entries are scoped to: device, backend, arch (comma-separated), "
+                                   "or none (every target). The default names the run's device and backend, so a "
+                                   "run of another backend reads nothing of them."),
+    group: bool = typer.Option(False, "--group", help="One known_failure entry per failure cause (op x stage x first "
+                                                      "error line, or a wrong result's pattern) with op-level "
+                                                      "selectors where the run shows they hold, not one per case."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout: the changes, 'written' "
+                                                       "(the file written, or null) and, with -o -, 'text' (the "
+                                                       "new file's text, then not printed on its own)."),
 ):
     """Propose triage changes from a run, as a minimal edit of FILE: new failures become known_failure
     (stage, first error line), known failures that pass are removed, unspecified cases that pass are
-    promoted to expected_pass. Tolerances are never loosened. The DB is only read."""
+    promoted to expected_pass. Tolerances are never loosened. The DB is only read.
+
+    Existing entries are never moved or reformatted: a removal's diff is the removed entries' lines.
+    New entries are appended as one block under a comment naming the run: known failures first (by
+    model and name; with --group by op and cause), then expected_pass promotions by op."""
     from casedb import triage
 
     try:
         keys = triage.scope_keys(scope)
         file, others = triage.file_to_edit(file, output)
         with open_db() as store:
-            prop = triage.propose(store, from_run, file, others=others, scope=keys)
+            prop = triage.propose(store, from_run, file, others=others, scope=keys, group=group)
     except CasedbError as e:
         fail(e)
+    to_stdout = output is not None and str(output) == "-"
     written = None
-    if output is not None and str(output) == "-":
+    if to_stdout and not as_json:
         typer.echo(prop.text, nl=False)
-    elif prop.changed or output is not None:
+    elif not to_stdout and (prop.changed or output is not None):
         written = output or file
         written.parent.mkdir(parents=True, exist_ok=True)
         written.write_text(prop.text, encoding="utf-8")
     if as_json:
-        emit_json({**prop.to_dict(), "written": str(written) if written else None})
+        emit_json({**prop.to_dict(), "written": str(written) if written else None,
+                   **({"text": prop.text} if to_stdout else {})})
         return
+    _print_changes(prop, written, output)
+
+
+def _print_changes(prop, written, output) -> None:
+    """What ``triage update`` changed, one line each, on stderr."""
     for what, items in (("known_failure added", prop.added), ("promoted to expected_pass", prop.promoted)):
         for d in items:
             sel = ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("status", "reason"))

@@ -59,7 +59,8 @@ def terminal(*, stderr: bool = False):
 JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias", "executed", "passed", "failed",
              "errors", "ref_errors",
              "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
-             "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "vacuous", "lowering", "stages", "planned", "duration_s",
+             "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "triage_implicit", "vacuous",
+             "lowering", "stages", "planned", "duration_s",
              "time", "session", "models", "error")
 
 
@@ -162,16 +163,14 @@ def summary_notes(summary: dict) -> list[str]:
         notes.append(f"{planned['cases']} of {planned['available']} cases selected: the default marker filter "
                      f"(-m '{marks_mod.DEFAULT_EXCLUDE}') leaves out the rest unless -m is given (-m '' runs all)")
     notes.extend(failure_notes(summary))
-    files = summary.get("triage_files") or []
-    notes.append("triage files loaded: " + (", ".join(_shown_path(p) for p in files) if files else
-                                            "none (give --triage FILE, or put it in triage/*.yaml)"))
+    notes.append(triage_files_note(summary))
     t = summary.get("triage") or {}
     if any(t.get(k) for k in ("new", "regression", "known")):
         parts = [f"{t.get('new', 0)} new failures", f"{t.get('regression', 0)} regressions",
                  f"{t.get('known', 0)} known"]
-        if t.get("remove"):
-            parts.append(f"{t['remove']} known failures pass now (remove their entries: "
-                         f"casedb triage update --from-run {summary['run_id']})")
+        if t.get("remove"):  # (entries scoped to another target never apply: these name this one or none)
+            parts.append(f"{t['remove']} known failures pass now on {summary.get('device')}/{summary.get('backend')} "
+                         f"(remove their entries: casedb triage update --from-run {summary['run_id']})")
         elif t.get("new"):
             parts.append(f"record the new ones as known: casedb triage update --from-run {summary['run_id']}")
         notes.append("triage: " + ", ".join(parts))
@@ -195,6 +194,24 @@ def failure_notes(summary: dict, top: int = 5) -> list[str]:
     more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
     lines.append(f"  {more}details: casedb report --run {summary['run_id']}")
     return ["\n".join(lines)]
+
+
+def triage_files_note(summary: dict) -> str:
+    """Which triage files the run loaded, each with how: named by --triage, picked up from
+    ./triage because none was named, or shipped with casedb's manifests."""
+    from casedb.triage.files import shipped_paths
+
+    files = summary.get("triage_files") or []
+    if not files:
+        return "triage files loaded: none (give --triage FILE, or put it in triage/*.yaml)"
+    implicit = set(summary.get("triage_implicit") or ())
+    shipped = {str(p.resolve()) for p in shipped_paths()}
+    shown = []
+    for p in files:
+        how = (" (loaded implicitly from ./triage: --triage FILE chooses)" if p in implicit else
+               " (shipped; --no-shipped-triage leaves it out)" if p in shipped else "")
+        shown.append(_shown_path(p) + how)
+    return "triage files loaded: " + ", ".join(shown)
 
 
 def _shown_path(path: str) -> str:

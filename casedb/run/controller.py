@@ -17,6 +17,7 @@ import pytest
 
 from casedb import outcomes
 from casedb.errors import CasedbError
+from casedb.run.console import triage_files_note
 from casedb.run.plan import param_id
 from casedb.run.runspec import SELECTION_VERSION
 from casedb.run.session import Cases, db_lock, listing_only, xdist_controller
@@ -277,6 +278,9 @@ class Controller:
             terminalreporter.line(f"casedb: run {self.cases.run_id} recorded in {self.cases.db_path}: "
                                   f"{summary['executed']} executed, {summary['duplicates_skipped']} duplicates skipped; "
                                   f"{', '.join(parts) or 'nothing run'}")
+            if config.option.casedb_run_id is None:  # (casedb run prints its own)
+                note = triage_files_note({**summary, "triage_implicit": self.cases.triage_implicit})
+                terminalreporter.line(f"casedb: {note}")
             if summary.get("error") and not self.fatal:
                 terminalreporter.line(f"casedb: run {self.cases.run_id} not complete: {summary['error']}", red=True)
         if self.fatal:

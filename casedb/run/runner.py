@@ -116,9 +116,10 @@ def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | Non
     it has no result for runs exactly once.
     """
     db_path, max_cases = _check_store(spec, db, resume)
+    implicit = triage.implicit_paths(spec.triage)  # (the summary says which files no option named)
     spec, run_id = _start(spec, db_path, resume)
     code, text = _session(spec, db_path, run_id, max_cases, Progress(console, enabled=progress))
-    return _finish(db_path, run_id, code, text)
+    return {**_finish(db_path, run_id, code, text), "triage_implicit": implicit}
 
 
 def _check_store(spec: RunSpec, db, resume: int | None) -> tuple[Path, int]:

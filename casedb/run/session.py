@@ -16,7 +16,7 @@ import pytest
 from casedb.errors import CasedbError
 from casedb.run.plan import build_plan, param_id
 from casedb.run.runspec import RunSpec, spec_fields
-from casedb.triage import run_paths
+from casedb.triage import implicit_paths, run_paths
 
 ARG = "casedb_case"
 MARK_GIVEN = pytest.StashKey[bool]()  # whether -m was given at all (-m "" lifts the default filter)
@@ -50,9 +50,11 @@ class Cases:
         self._db_path = shared.get("db")
         self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
         self.spec = spec_from_config(config)
+        self.triage_implicit: list = []  # the files loaded that no option named (the summary says so)
         if config.option.casedb_run_id is None:  # (casedb run hands its session the files it chose)
             # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
             # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
+            self.triage_implicit = implicit_paths(self.spec.triage, cwd=Path(config.invocation_params.dir))
             self.spec.triage = run_paths(self.spec.triage, cwd=Path(config.invocation_params.dir),
                                          shipped=self.spec.shipped_triage)
         self.smoke = not self.spec.models and not self.spec.all_models

@@ -229,9 +229,12 @@ def triage_target(target) -> dict:
     return {"device": target.device, "backend": target.backend, "arch": target.arch}
 
 
-def _triaged(triage, entry, outcome: str, reason: str, stage: str | None) -> tuple[str, str, dict]:
-    """(outcome, reason, the triage reading) of a raw verdict under the run's triage files."""
-    t = triage_mod.verdict(entry, outcome, stage=stage, unlisted=triage.unlisted if triage else "unspecified")
+def _triaged(triage, entry, outcome: str, reason: str, stage: str | None,
+             on: dict | None = None) -> tuple[str, str, dict]:
+    """(outcome, reason, the triage reading) of a raw verdict under the run's triage files (``on``:
+    the target, which a hint names)."""
+    t = triage_mod.verdict(entry, outcome, stage=stage, unlisted=triage.unlisted if triage else "unspecified",
+                           target=on)
     out, why = t["outcome"] or outcome, reason
     if out != outcome and t["reason"]:
         why = f"{t['reason']}: {reason}"
@@ -278,7 +281,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
         xfail = _first_true([occ.xfail] if occ.xfail else None, env)
         v = judge(ex, tolerances=policy.tolerances(vars(occ), item.case, found), judge=target.judge,
                   expects_error=occ.expects_error, xfail=xfail)
-        v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage)
+        v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage, triage_target(target))
         verdicts.append((occ, v))
         judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
     payload = _executed_payload(ex, verdicts, judgements)

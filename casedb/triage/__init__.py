@@ -10,7 +10,7 @@ _HOME = {
     "check": "checks", "require_clean": "checks",
     "MAX_ITEMS": "entries", "STATUSES": "entries", "TARGET_KEYS": "entries", "Entry": "entries",
     "Triage": "entries", "verdict": "entries",
-    "Problem": "files", "default_paths": "files", "load": "files", "run_paths": "files", "shipped_paths": "files",
+    "Problem": "files", "default_paths": "files", "implicit_paths": "files", "load": "files", "run_paths": "files", "shipped_paths": "files",
     "occurrences": "reading", "run_target": "reading",
     "import_rfc": "rfc",
     "Proposal": "update", "file_to_edit": "update", "first_error_line": "update", "propose": "update",
@@ -29,5 +29,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["MAX_ITEMS", "STATUSES", "TARGET_KEYS", "Entry", "Problem", "Proposal", "Triage", "check", "default_paths",
-           "file_to_edit", "first_error_line", "import_rfc", "literal", "load", "occurrences", "propose",
+           "file_to_edit", "first_error_line", "implicit_paths", "import_rfc", "literal", "load", "occurrences", "propose",
            "require_clean", "run_paths", "run_target", "scope_keys", "shipped_paths", "update_from_run", "verdict"]

@@ -29,6 +29,22 @@ def _is_comment(line: str) -> bool:
     return line.lstrip().startswith("#")
 
 
+HEADER = "casedb triage update --from-run"
+
+
+def _is_header(line: str) -> bool:
+    """The comment that heads one update's block of new entries: it belongs to the block, not
+    to the first entry under it (removing that entry keeps it)."""
+    return line.lstrip().startswith("# " + HEADER)
+
+
+def _item_follows(lines: list[str], i: int, col: int) -> bool:
+    """Whether an entry (a dash at ``col``) comes at line ``i`` after blanks and its own comments."""
+    while i < len(lines) and (_blank(lines[i]) or (_is_comment(lines[i]) and not _is_header(lines[i]))):
+        i += 1
+    return i < len(lines) and lines[i].lstrip().startswith("-") and _indent(lines[i]) == col
+
+
 def _blank(line: str) -> bool:
     return not line.strip()
 
@@ -64,7 +80,8 @@ def _blocks(lines: list[str], entries: list[Entry]) -> tuple[dict, int | None, i
         while end > dash and (_blank(lines[end]) or (_is_comment(lines[end]) and _indent(lines[end]) <= col)):
             end -= 1
         lead = dash
-        while lead > 0 and _is_comment(lines[lead - 1]) and _indent(lines[lead - 1]) <= col:
+        while lead > 0 and _is_comment(lines[lead - 1]) and not _is_header(lines[lead - 1]) \
+                and _indent(lines[lead - 1]) <= col:
             lead -= 1
         blocks[e] = (lead, dash, end)
     if not starts:
@@ -90,7 +107,7 @@ def edit(text: str, mine: list[Entry], drop: set, rewrite: set, new_entries: lis
     inserts: list[str] = []
     if new_entries:
         failures = sum(1 for d, _ in new_entries if d["status"] == "known_failure")
-        head = (f"casedb triage update --from-run {run_id} ({target['device']}/{target['backend']}"
+        head = (f"{HEADER} {run_id} ({target['device']}/{target['backend']}"
                 f"{', arch ' + target['arch'] if target.get('arch') else ''}): {failures} new failure(s), "
                 f"{len(new_entries) - failures} promoted to expected_pass")
         inserts += emit_comment(head, col)
@@ -120,9 +137,13 @@ def edit(text: str, mine: list[Entry], drop: set, rewrite: set, new_entries: lis
             lines[dash:end + 1] = emit_comment(f"passes on run {run_id} ({was}); its tolerance and timeout are kept",
                                                _indent(lines[dash])) + emit_entry(new, lines[dash].index("-"))
         else:
+            col = lines[dash].index("-")
             del lines[lead:end + 1]
             # the blank line that separated it goes too (one, where two would now meet)
             if lead < len(lines) and _blank(lines[lead]) and (
                     lead == 0 or _blank(lines[lead - 1]) or lines[lead - 1].rstrip().endswith(":")):
                 del lines[lead]
+            # and the head of an update's block once the last entry under it is gone
+            if lead > 0 and _is_header(lines[lead - 1]) and not _item_follows(lines, lead, col):
+                del lines[lead - 1]
     return "".join(lines)

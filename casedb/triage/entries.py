@@ -87,7 +87,8 @@ model, compares only entries of one precedence through the cases they select, an
 
 **Promotion** (:func:`casedb.triage.update.update_from_run`, ``casedb triage update --from-run N``)
 edits the file as text (:mod:`casedb.triage.editor`), leaving every other byte as it was: see
-:func:`casedb.triage.update.propose`.
+:func:`casedb.triage.update.propose`. New entries name the run's device and backend (``--scope``);
+with ``--group`` there is one per failure cause (:mod:`casedb.triage.grouping`).
 
 **Import** (:func:`casedb.triage.rfc.import_rfc`, ``casedb triage import``): the RFC implementation's
 ``skip_files.yaml`` and its test-suite config, as documented there.
@@ -219,13 +220,14 @@ class Triage:
 
 
 def verdict(entry: Entry | None, outcome: str | None, *, stage: str | None = None,
-            unlisted: str = "unspecified") -> dict:
+            unlisted: str = "unspecified", target: dict | None = None) -> dict:
     """The triaged reading of a raw ``outcome`` (a casedb.outcomes name) under ``entry`` (None:
     no entry). Returns ``outcome`` (None: not selected), ``triage`` (excluded, not_supported,
     known, expected, regression, new, unspecified), ``status``, ``reason``, ``hint`` and
     ``where`` (the entry's file:line). ``outcome`` may be None for an entry that decides without
     running (``entry.runs`` is False). ``stage``: where the case failed, compared with the
-    entry's. See the table in the module docstring."""
+    entry's; ``target`` (device, backend): what the case ran on, which a hint names. See the table
+    in the module docstring."""
     if entry is None:
         status = "expected_pass" if unlisted == "expected_pass" else "unspecified"
     else:
@@ -251,9 +253,7 @@ def verdict(entry: Entry | None, outcome: str | None, *, stage: str | None = Non
             return {**out, "outcome": "xfailed", "triage": "known", "hint": hint,
                     "reason": entry.reason or f"known failure ({where})"}
         if passes:
-            return {**out, "outcome": "xpassed", "triage": "known",
-                    "hint": f"passes now: remove the known_failure entry at {where} "
-                            "(`casedb triage update --from-run RUN` does)"}
+            return {**out, "outcome": "xpassed", "triage": "known", "hint": _xpass_hint(entry, target)}
         return {**out, "triage": "known"}
     if status == "expected_pass":
         if fails:
@@ -265,3 +265,18 @@ def verdict(entry: Entry | None, outcome: str | None, *, stage: str | None = Non
                 "hint": "not in a triage file: `casedb triage update --from-run RUN` adds it as a known_failure"}
     return {**out, "triage": "unspecified"}
 
+
+def _xpass_hint(entry: Entry, target: dict | None) -> str:
+    """What to do when a known failure passes: named with the target it passed on, and a caution
+    where the entry names no backend (it may have been written for another backend: an entry
+    scoped to another target never applies, so never gets here)."""
+    if not target:
+        return (f"passes now: remove the known_failure entry at {entry.where} "
+                "(`casedb triage update --from-run RUN` does)")
+    on = f"{target.get('device')}/{target.get('backend')}"
+    hint = (f"passes now on {on}: remove the known_failure entry at {entry.where} "
+            "(`casedb triage update --from-run RUN` does)")
+    if "backend" not in entry.selectors:
+        hint += (f"; it names no backend: if it was written for a backend other than {target.get('backend')}, "
+                 "scope it (backend: NAME) instead")
+    return hint

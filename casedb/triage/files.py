@@ -82,6 +82,12 @@ def run_paths(given, *, cwd: Path = Path("."), shipped: bool = True) -> list[str
     return out
 
 
+def implicit_paths(given, *, cwd: Path = Path(".")) -> list[str]:
+    """The files a run loads without being told (``triage/*.yaml`` under ``cwd`` when ``given``
+    names none), by absolute path: the run summary says so of each."""
+    return [] if given else [str(p.resolve()) for p in default_paths(cwd)]
+
+
 class YamlFile:
     """One file's text and document, with the line of each key (for problems and edits)."""
 

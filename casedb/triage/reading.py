@@ -66,12 +66,13 @@ def run_target(db, run_id: int) -> dict:
 
 _RUN_ROWS = """SELECT j.model_case_id, j.model, mc.name, c.op, j.signature, c.dtype, c.marks, mc.marks, j.outcome,
                       coalesce(j.stage, r.stage), r.error_type, r.error_message, j.reason, r.max_abs_err, j.rtol, j.atol,
-                      r.tolerance
+                      r.tolerance, CASE WHEN json_valid(r.metrics) THEN json_extract(r.metrics, '$.pattern') END
                FROM judgements j LEFT JOIN results r ON r.id = j.result_id
                LEFT JOIN model_cases mc ON mc.id = j.model_case_id LEFT JOIN cases c ON c.signature = j.signature
                WHERE j.run_id = ? ORDER BY j.model, mc.name"""
 _RUN_COLUMNS = ("model_case_id", "model", "name", "op", "signature", "dtype", "case_marks", "marks", "outcome", "stage",
-                "error_type", "error_message", "reason", "max_abs_err", "rtol", "atol", "tolerance")
+                "error_type", "error_message", "reason", "max_abs_err", "rtol", "atol", "tolerance",
+                "pattern")
 
 
 def run_rows(db, run_id: int) -> list[dict]:

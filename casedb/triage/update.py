@@ -10,10 +10,11 @@ from pathlib import Path
 from casedb import outcomes
 from casedb.causes import first_error_line
 from casedb.errors import InputError
-from casedb.judge.selectors import SIGNATURE, TARGET_KEYS, case_norms, literal, normalize
+from casedb.judge.selectors import TARGET_KEYS, case_norms, literal
 from casedb.triage.editor import edit
 from casedb.triage.entries import ENTRY_KEYS, SETTING_KEYS, Entry, Triage
 from casedb.triage.files import default_paths, load
+from casedb.triage.grouping import case_selector, governed, group_entries, name_clashes
 from casedb.triage.reading import Reading, occurrences, run_rows, run_target
 
 
@@ -86,15 +87,21 @@ class _Run:
         self.norms = [case_norms(o) for o in self.every]
 
 
-def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Proposal:
+DEFAULT_SCOPE = ("device", "backend")
+
+
+def propose(store, run_id: int, path, *, others=(), scope=DEFAULT_SCOPE, group: bool = False) -> Proposal:
     """The edit of triage file ``path`` that run ``run_id`` calls for (``others``: further triage
     files whose entries count but are not edited). Reads the DB only.
 
     * A case with no entry (or ``unspecified``) that failed (failed, error, crashed, timeout) gets
       a ``known_failure`` entry naming it (``model`` + ``name``), with the run's ``stage`` and the
       first line of its error as ``reason``, scoped to the run's target keys in ``scope``
-      (default: the device; ``()``: every target). An incorrect result gets a comment with its
-      error and tolerance: casedb never loosens a tolerance itself.
+      (default: the device and the backend, so another backend's run on the device reads
+      nothing of it; ``()``: every target). An incorrect result gets a comment with its
+      error and tolerance: casedb never loosens a tolerance itself. With ``group``: one entry
+      per failure cause (op x stage x error line, or a wrong result's pattern) with op-level
+      selectors, as wide as the run shows (:mod:`casedb.triage.grouping`).
     * A known_failure entry of ``path`` whose every case (in the DB, on this target) ran in this
       run and passed is removed — or, when it carries rtol/atol/timeout, becomes expected_pass,
       keeping them (dropping it could fail the case).
@@ -103,8 +110,11 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
       else one per case. (An entry with ``status: unspecified`` keeps its cases out of updates.)
     * An expected_pass case that failed is a regression: listed, never edited.
 
-    The file is edited as text: entries not changed, comments and order stay byte for byte;
-    new entries are appended to ``cases:`` under a comment naming the run.
+    The file is edited as text (:func:`casedb.triage.editor.edit`): entries not changed, comments
+    and order stay byte for byte — existing entries are never moved, so a removal's diff is the
+    removed entries' lines. New entries are appended to ``cases:`` as one block under a comment
+    naming the run, in a stable order: known failures first (by op and cause with ``group``, else
+    by model and name), then expected_pass promotions by op.
     """
     with Reading(store) as db:
         target = run_target(db, run_id)
@@ -116,10 +126,10 @@ def propose(store, run_id: int, path, *, others=(), scope=("device",)) -> Propos
     mine = [e for e in triage.entries if Path(e.path) == path]
     # every value written is a literal selector: a name `*` selects that case, not every case
     scoped = {k: literal(target[k]) for k in scope if target.get(k)}
-    run = _Run(run_id, target, rows, every, scoped, _name_clashes(every))
+    run = _Run(run_id, target, rows, every, scoped, name_clashes(every))
     prop = Proposal(path=path, run_id=run_id, target=target, text="")
     drop, rewrite = _passing_known_failures(triage, mine, run, prop)
-    current, new_entries = _new_failures(triage, drop, rewrite, run, prop)
+    current, new_entries = _new_failures(triage, drop, rewrite, run, prop, group=group)
     new_entries += _promotions(triage, current, new_entries, run, prop)
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     prop.text = edit(text, mine, drop, rewrite, new_entries, run_id, target)
@@ -158,11 +168,13 @@ def _passing_known_failures(triage: Triage, mine: list[Entry], run: _Run, prop: 
     return drop, rewrite
 
 
-def _new_failures(triage: Triage, drop: set, rewrite: set, run: _Run, prop: Proposal) -> tuple[Triage, list]:
-    """Step 2: a known_failure entry for each case no entry covers that failed (regressions are
-    listed, not edited). Returns the triage after step 1, and the new (entry, comment) pairs."""
+def _new_failures(triage: Triage, drop: set, rewrite: set, run: _Run, prop: Proposal, *,
+                  group: bool = False) -> tuple[Triage, list]:
+    """Step 2: a known_failure entry for each case no entry covers that failed, or with ``group``
+    one per cause (regressions are listed, not edited). Returns the triage after step 1, and the
+    new (entry, comment) pairs."""
     remaining = [e for e in triage.entries if e not in drop and e not in rewrite]
-    new_entries: list[tuple[dict, str | None]] = []
+    new_rows: list[dict] = []
     current = Triage(remaining + [_as_expected(e) for e in rewrite], [], triage.unlisted)
     for r in run.rows:
         e = current.entry_for(r, run.target)
@@ -174,9 +186,12 @@ def _new_failures(triage: Triage, drop: set, rewrite: set, run: _Run, prop: Prop
             continue
         if status != "unspecified" or e is not None:  # an explicit `unspecified` keeps its cases out
             continue
-        entry, note = _failure_entry(r, run.scoped, run.clashes)
-        new_entries.append((entry, note))
-        prop.added.append(entry)
+        new_rows.append(r)
+    if group:
+        new_entries = group_entries(new_rows, current, run, max((e.order for e in triage.entries), default=0))
+    else:
+        new_entries = [_failure_entry(r, run.scoped, run.clashes) for r in new_rows]
+    prop.added.extend(entry for entry, _ in new_entries)
     return current, new_entries
 
 
@@ -216,39 +231,16 @@ def _widest(op: str, passed: list[dict], current: Triage, run: _Run, order: int)
                       [{"model": literal(m), "op": literal(op)} for m in sorted({r["model"] for r in passed})]):
         if all(_all_pass(sel, current, run, order) for sel in candidate):
             return candidate
-    return [_case_selector(r, run.clashes) for r in passed]
+    return [case_selector(r, run.clashes) for r in passed]
 
 
 def _all_pass(sel: dict, current: Triage, run: _Run, order: int) -> bool:
     """Whether every case an expected_pass entry ``sel`` would govern ran in the run and passed."""
-    c = Entry(status="expected_pass", where="(new)", selectors={**sel, **run.scoped}, order=order)
-    trial = Triage(current.entries + [c], [], current.unlisted)
-    for o, norms in zip(run.every, run.norms):
-        if c.selector.matches(norms, run.target) and trial.entry_for(o, run.target) is c:
-            r = run.ran.get(o["model_case_id"])
-            if r is None or r["outcome"] not in outcomes.PASSING:
-                return False
+    for o in governed(sel, "expected_pass", current, run, zip(run.every, run.norms), order):
+        r = run.ran.get(o["model_case_id"])
+        if r is None or r["outcome"] not in outcomes.PASSING:
+            return False
     return True
-
-
-def _name_clashes(occ: list[dict]) -> set:
-    """(model, name) keys that more than one case has (names match ignoring case)."""
-    seen: set = set()
-    clashes = set()
-    for o in occ:
-        key = (normalize("model", o["model"]), normalize("name", o["name"]))
-        (clashes if key in seen else seen).add(key)
-    return clashes
-
-
-def _case_selector(r: dict, clashes: set) -> dict:
-    """Selectors of exactly the case of row ``r``: its model and name as literals, and its
-    signature where another case of the model has the same name but for case."""
-    sel = {"model": literal(r["model"]), "name": literal(r["name"])}
-    sig = str(r.get("signature") or "")
-    if (normalize("model", r["model"]), normalize("name", r["name"])) in clashes and SIGNATURE.fullmatch(sig):
-        sel["signature"] = sig
-    return sel
 
 
 def _failure_entry(r: dict, scoped: dict, clashes: set) -> tuple[dict, str | None]:
@@ -259,7 +251,7 @@ def _failure_entry(r: dict, scoped: dict, clashes: set) -> tuple[dict, str | Non
     if stage not in outcomes.STAGES:
         notes.append(f"the run recorded the stage {stage!r}, which casedb does not know: left out.")
         stage = None
-    entry = {**_case_selector(r, clashes), **scoped, "status": "known_failure", "stage": stage,
+    entry = {**case_selector(r, clashes), **scoped, "status": "known_failure", "stage": stage,
              "reason": first_error_line(r["error_type"], r["error_message"], r["reason"])}
     if r["outcome"] == "failed" or stage == "incorrect result":
         err = f"max abs err {r['max_abs_err']:.3g}" if r["max_abs_err"] is not None else "outside tolerance"
@@ -275,10 +267,11 @@ def _as_expected(e: Entry) -> Entry:
                  selectors=e.selectors, order=e.order, path=e.path, line=e.line, written=e.written)
 
 
-def update_from_run(store_or_conn, run_id: int, path, output=None, *, others=(), scope=("device",)) -> str:
+def update_from_run(store_or_conn, run_id: int, path, output=None, *, others=(), scope=DEFAULT_SCOPE,
+                    group: bool = False) -> str:
     """The text of triage file ``path`` updated from run ``run_id`` (see :func:`propose`); written
     to ``output`` when given (``path`` itself to edit it in place)."""
-    prop = propose(store_or_conn, run_id, path, others=others, scope=scope)
+    prop = propose(store_or_conn, run_id, path, others=others, scope=scope, group=group)
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(prop.text, encoding="utf-8")
