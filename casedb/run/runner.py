@@ -25,6 +25,7 @@ from casedb.cases import marks
 from casedb.errors import CasedbError
 from casedb.run.console import Progress
 from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
+from casedb.run.session import usable_cpus
 from casedb.run.target import TargetError, check_import
 from casedb.store import history
 from casedb.ingest.seed import open_seeded
@@ -49,7 +50,7 @@ def pytest_args(spec: RunSpec, *, db: Path, run_id: int, workdir: Path, max_case
         args += ["-n", str(spec.jobs), "--max-worker-restart", str(max_cases + 2 * spec.jobs),
                  "--casedb-worker-log-dir", str(workdir)]
         if spec.jobs > 1 and spec.threads is None:
-            args += ["--casedb-threads", str(max(1, (os.cpu_count() or 1) // spec.jobs))]
+            args += ["--casedb-threads", str(max(1, usable_cpus() // spec.jobs))]
     if spec.timeout and spec.timeout > 0:
         # thread: a hang inside C code is ended too (the worker exits and is replaced);
         # without workers only a signal keeps the run alive

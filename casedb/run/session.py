@@ -9,6 +9,7 @@ session without model-op tests does not pay for it.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,16 @@ def db_lock(db_path: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: taskset, a container's cpuset), which
+    os.cpu_count() overstates: the machine's count would give each -j worker too many torch
+    threads, and they would fight over the few cores they have."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def xdist_controller(config) -> bool:
