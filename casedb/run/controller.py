@@ -111,14 +111,15 @@ class Controller:
             # the arch the run resolved (sm_90), which `triage update` scopes entries to
             history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid(),
                                      arch=self._triage()[1]["arch"])
-        for run_id in self._runs().values():
-            sel = history.get_run(self.conn, run_id)["selection"]
-            changes = {"pid": os.getpid()}
-            if sel.get("planned") is None:
-                changes["planned"] = figures
-            else:
-                changes["remaining"] = figures
-            history.update_selection(self.conn, run_id, **changes)
+        else:
+            for run_id in self._runs().values():
+                sel = history.get_run(self.conn, run_id)["selection"]
+                changes = {"pid": os.getpid()}
+                if sel.get("planned") is None:
+                    changes["planned"] = figures
+                else:
+                    changes["remaining"] = figures
+                history.update_selection(self.conn, run_id, **changes)
         self.recorders = {b: history.Recorder(self.conn, run_id) for b, run_id in self._runs().items()}
         self.loop_started = self.loop_last = time.monotonic()
         self.config.hook.pytest_casedb_planned(config=self.config, total=len(items) * len(self.recorders),
