@@ -3,10 +3,9 @@ backend's results in its own run; no triage file reaches the control (issue 28).
 
 import json
 import os
-import sqlite3
 
 import pytest
-from typer.testing import CliRunner
+from conftest import rows
 
 TINY = """\
 model: tiny
@@ -29,37 +28,21 @@ cases:
 """
 
 
-def invoke(db, *args):
-    from casedb.cli import app
-
-    return CliRunner().invoke(app, ["--db", str(db), *map(str, args)], catch_exceptions=False)
-
-
-def rows(db, sql, params=()):
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
-
-
 @pytest.fixture
-def tiny_db(tmp_path):
+def tiny_db(cli, db_path, tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
-    db = tmp_path / "cases.db"
-    res = invoke(db, "import", tmp_path / "tiny.yaml")
+    res = cli("import", tmp_path / "tiny.yaml")
     assert res.exit_code == 0, res.output
-    return db
+    return db_path
 
 
-def test_every_backend_runs_in_the_same_worker(tiny_db, tmp_path):
+def test_every_backend_runs_in_the_same_worker(cli, tiny_db, tmp_path):
     """-j 1: one worker process starts (imports the --import module once) and runs the control
     and both mutants; each backend's results go to its own run, --limit counting cases."""
     log = tmp_path / "imports.log"
     module = tmp_path / "count_imports.py"
     module.write_text(f"import os\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n")
-    res = invoke(tiny_db, "mutants", "--model", "tiny", "--mutant", "lost_sign", "--mutant", "nan_inf",
+    res = cli("mutants", "--model", "tiny", "--mutant", "lost_sign", "--mutant", "nan_inf",
                  "--import", module, "-j", "1", "--limit", "2", "--json")
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
@@ -85,7 +68,7 @@ def test_every_backend_runs_in_the_same_worker(tiny_db, tmp_path):
     assert (nan_inf["executed"], nan_inf["survivors"], nan_inf["failed_unchanged"]) == (2, [], [])
 
 
-def test_the_control_reads_no_triage_file(tiny_db, tmp_path, monkeypatch):
+def test_the_control_reads_no_triage_file(cli, tiny_db, tmp_path, monkeypatch):
     """A ./triage/*.yaml that excludes a case and expects another to fail leaves every run alone."""
     (tmp_path / "triage").mkdir()
     (tmp_path / "triage" / "t.yaml").write_text("""\
@@ -95,7 +78,7 @@ cases:
   - {model: tiny, name: add_bcast, status: known_failure, reason: hidden too}
 """)
     monkeypatch.chdir(tmp_path)
-    res = invoke(tiny_db, "mutants", "--model", "tiny", "--mutant", "lost_sign", "-j", "0", "--json")
+    res = cli("mutants", "--model", "tiny", "--mutant", "lost_sign", "-j", "0", "--json")
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     c = report["control"]
@@ -103,7 +86,7 @@ cases:
         "executed": 3, "passed": 3, "false_alarms": 0, "outcomes": {"passed": 3}, "triage": []}
     (m,) = report["mutants"]
     assert (m["executed"], m["changed"], m["caught"]) == (3, 3, 3)
-    text = invoke(tiny_db, "mutants", "--model", "tiny", "--mutant", "lost_sign", "-j", "0", "--no-progress")
+    text = cli("mutants", "--model", "tiny", "--mutant", "lost_sign", "-j", "0", "--no-progress")
     assert text.exit_code == 0, text.output
     flat = " ".join(text.stdout.split())
     assert (f"control run {c['run_id'] + 2}: no triage files (neither ./triage/*.yaml nor the shipped triage): "

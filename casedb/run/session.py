@@ -62,6 +62,9 @@ class Cases:
         self.smoke = not self.spec.models and not self.spec.all_models
         self.run_id = config.option.casedb_run_id
         self.backend_runs = parse_backend_runs(getattr(config.option, "casedb_backend_runs", None))
+        if self.backend_runs and self.run_id not in self.backend_runs.values():
+            raise pytest.UsageError("--casedb-backend-runs needs --casedb-run-id, one of its runs "
+                                    "(casedb mutants gives both)")
         self._plan = None
         self._by_id = None
         self.mark_names: set[str] = set()  # every mark of the DB (with the plan)
