@@ -10,7 +10,8 @@ same process:
 
 * **casedb**: ``casedb.ingest.save.import_paths`` into a fresh DB: read + decode JSON, nest, aggregate,
   resolve overloads, normalize, sign and save (the path ``casedb import --model`` takes);
-* **json.loads alone** (GC paused): the ceiling of any importer built on the stdlib json;
+* **json.loads alone** (GC paused): the stdlib decoder casedb used before issue 30;
+* **orjson.loads alone**: the decoder casedb uses, its ceiling;
 * **parse only**: ``importers.kineto.parse`` alone;
 * **raw executemany**: decode the same file and ``executemany`` one row per cpu_op event
   (name, ts, dur, args JSON) into a fresh SQLite table in one transaction: the least any
@@ -19,7 +20,8 @@ same process:
 * **the same rows**: ``executemany`` of exactly the rows casedb stored (models, cases,
   model_cases) into empty copies of its tables.
 
-Rates are trace events per second. Goal: casedb >= 200k events/s and >= 0.5x raw executemany.
+Rates are trace events per second. Goal (issue 30): casedb >= 200k events/s, or within 1.2x of
+orjson.loads alone (the decoder it uses), measured in the same run.
 """
 
 from __future__ import annotations
@@ -162,6 +164,12 @@ def main(argv=None) -> dict:
             t = time.perf_counter()
             decoded = json.loads(raw)
             res["decode_only_s"] = round(time.perf_counter() - t, 3)
+            del decoded
+            import orjson
+
+            t = time.perf_counter()
+            decoded = orjson.loads(raw)
+            res["orjson_only_s"] = round(time.perf_counter() - t, 3)
             del decoded, raw
 
         t = time.perf_counter()
@@ -194,6 +202,9 @@ def main(argv=None) -> dict:
 
     rate = lambda s: round(n / s) if s else None  # noqa: E731
     res["decode_only_events_per_s"] = rate(res["decode_only_s"])
+    res["orjson_only_events_per_s"] = rate(res["orjson_only_s"])
+    # casedb decodes with orjson: its ceiling is orjson.loads alone
+    res["ratio_vs_decoder"] = round(res["casedb_s"] / res["orjson_only_s"], 2)
     res["parse_events_per_s"] = rate(res["parse_s"])
     res["casedb_events_per_s"] = rate(res["casedb_s"])
     res["raw_events_per_s"] = rate(res["raw_s"])
@@ -202,13 +213,15 @@ def main(argv=None) -> dict:
     res["ratio_vs_raw_insert_only"] = round(res["raw_insert_only_s"] / res["casedb_s"], 2)
     if "casedb_gz_s" in res:
         res["casedb_gz_events_per_s"] = rate(res["casedb_gz_s"])
-    res["goal_met"] = res["casedb_events_per_s"] >= 200_000 and res["ratio_vs_raw"] >= 0.5
+    res["goal_met"] = res["casedb_events_per_s"] >= 200_000 or res["ratio_vs_decoder"] <= 1.2
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         print(f"{n} events ({res['trace_mb']} MB) -> {res['records']} records, {res['new_cases']} new cases")
         print(f"  json.loads alone        {res['decode_only_s']:7.3f} s  {res['decode_only_events_per_s']:>9} events/s"
-              "   (ceiling of any stdlib-json importer on this machine)")
+              "   (the stdlib decoder, before issue 30)")
+        print(f"  orjson.loads alone      {res['orjson_only_s']:7.3f} s  {res['orjson_only_events_per_s']:>9} events/s"
+              "   (the decoder casedb uses: its ceiling)")
         print(f"  parse only              {res['parse_s']:7.3f} s  {res['parse_events_per_s']:>9} events/s")
         print(f"  casedb import           {res['casedb_s']:7.3f} s  {res['casedb_events_per_s']:>9} events/s")
         print(f"  raw decode+executemany  {res['raw_s']:7.3f} s  {res['raw_events_per_s']:>9} events/s"
@@ -219,7 +232,8 @@ def main(argv=None) -> dict:
         print(f"  executemany of the {res['same_rows']} rows casedb stored: {res['raw_same_rows_s']} s")
         if "casedb_gz_s" in res:
             print(f"  casedb import .gz       {res['casedb_gz_s']:7.3f} s  {res['casedb_gz_events_per_s']:>9} events/s")
-        print("  goal (>= 200k events/s and >= 0.5x raw decode+executemany):", "met" if res["goal_met"] else "NOT met")
+        print(f"  casedb import / orjson.loads alone = {res['ratio_vs_decoder']}x")
+        print("  goal (>= 200k events/s, or within 1.2x of the decoder alone):", "met" if res["goal_met"] else "NOT met")
     return res
 
 

@@ -87,6 +87,8 @@ _PLUGIN_OPTIONS = (
                                help="Case DB (default: env CASEDB_DB, else data/casedb.sqlite).")),
     ("--casedb-run-id", None, dict(type=int, default=None, metavar="ID",
                                    help="Record into this run and skip what it already has (casedb run --resume).")),
+    ("--casedb-backend-runs", None, dict(default=None, metavar="BACKEND=RUN,...", help=(
+        "Run every case once per backend, each backend's results recorded in its run (casedb mutants)."))),
     ("--casedb-no-record", None, dict(action="store_true", help="Do not record this session as a run.")),
     ("--casedb-worker-log-dir", None, dict(default=None, help="Send each xdist worker's stdout/stderr to a file here.")),
 )
@@ -235,7 +237,7 @@ def test_model_op(casedb_case, request):
     """One operator case from the casedb DB: the CPU eager reference vs --device / --compile-backend."""
     worker = request.config.stash[_WORKER]
     try:
-        target = worker.target()
+        target = worker.target(request.node)
     except TargetError as e:
         request.node.user_properties.append(("casedb", json.dumps({"fatal": str(e)})))
         request.session.shouldstop = f"casedb: {e}"

@@ -14,6 +14,8 @@ import math
 import zlib
 from typing import Any
 
+import orjson
+
 from casedb.errors import InputError
 from importers.files import read_bytes, read_head
 
@@ -137,6 +139,12 @@ def load_json(path, what: str, fix: str, max_bytes: int | None = None) -> Any:
         raise TraceFormatError(
             f"{path}: the gzip data is truncated or corrupt ({e}); {fix}"
         ) from None
+    try:
+        return orjson.loads(raw)  # 2-3x the stdlib's speed: a big trace's import is mostly decoding
+    except orjson.JSONDecodeError:
+        pass
+    # what orjson refuses the stdlib may read (NaN, Infinity, integers over 64 bits, lone
+    # surrogates): bad input takes the stdlib's path, for its reading and its error messages
     try:
         return json.loads(raw)
     except json.JSONDecodeError as e:

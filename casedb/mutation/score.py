@@ -2,8 +2,9 @@
 
 :func:`run_mutants` runs a model's cases (every mark) once on the control — the base backend
 through the mutant wrapper with no bug (``casedb_mutant_none``) — and once per mutant of
-:mod:`casedb.mutation.mutants`, each a run recorded in the database like any ``casedb run`` (through
-:func:`casedb.run.runner.run`; the run's selection gets ``mutation: {mutant, base, control_run}``).
+:mod:`casedb.mutation.mutants`, all in one pytest session (:mod:`casedb.mutation.session`: one
+start-up, no triage files), each backend's results a run recorded in the database like any
+``casedb run`` (the run's selection gets ``mutation: {mutant, base, control_run}``).
 :func:`score` then reads the runs back. Per mutant:
 
 * **changed**: cases whose output (or written inputs) the bug changed — the mutant's own note
@@ -37,6 +38,8 @@ from casedb.serial import loads
 
 FAILING = frozenset(o.name for o in outcomes.OUTCOMES if o.failing)   # crashed, timeout, error, failed
 LOST = frozenset({"crashed", "timeout"})                               # no result, so no note
+NO_TRIAGE = ("no triage files (neither ./triage/*.yaml nor the shipped triage): the control shows every "
+             "false alarm")
 
 
 def registry(imports: Iterable[str] = ()) -> dict:
@@ -88,7 +91,7 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
     """Run the control and each mutant over ``spec``'s selection (a :class:`~casedb.run.runspec.RunSpec`
     whose backend and markexpr are set here); returns :func:`score`'s report."""
     from casedb.mutation import harness
-    from casedb.run import runner
+    from casedb.mutation.session import run_backends
     from casedb.store.database import db_path
 
     if not spec.models:
@@ -106,24 +109,22 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
     imports = ["casedb.mutation.mutants", *[i for i in spec.imports if i != "casedb.mutation.mutants"]]
     path = db_path(db)
     plan = [harness.CONTROL, *names]
-    run_ids: dict[str, int] = {}
+    if console is not None and progress:
+        console.print(f"one session: the control (no bug) and {len(names)} mutants over {base}, each case on "
+                      f"every backend ({harness.PREFIX}<name>); {NO_TRIAGE}", markup=False, highlight=False)
+    run_spec = replace(spec, imports=list(imports), markexpr="" if spec.markexpr is None else spec.markexpr)
     with _base_env(base):
-        for i, name in enumerate(plan, 1):
-            if console is not None and progress:
-                what = "control (no bug)" if name == harness.CONTROL else f"mutant {name}"
-                console.print(f"[{i}/{len(plan)}] {what}: backend {harness.PREFIX}{name} over {base}",
-                              markup=False, highlight=False)
-            run_spec = replace(spec, backend=harness.PREFIX + name, imports=list(imports),
-                               markexpr="" if spec.markexpr is None else spec.markexpr)
-            summary = runner.run(run_spec, db=path, progress=progress, console=console)
-            run_ids[name] = summary["run_id"]
-            conn = history.connect(path)
-            try:
-                history.update_selection(conn, summary["run_id"], mutation={
-                    "mutant": name, "base": base, "control_run": run_ids[harness.CONTROL]})
-                history.set_label(conn, summary["run_id"], history.MUTANT_LABEL + name)
-            finally:
-                conn.close()
+        summaries = run_backends(run_spec, [harness.PREFIX + n for n in plan], db=path, progress=progress,
+                                 console=console)
+    run_ids = {name: summaries[harness.PREFIX + name]["run_id"] for name in plan}
+    conn = history.connect(path)
+    try:
+        for name in plan:
+            history.update_selection(conn, run_ids[name], mutation={
+                "mutant": name, "base": base, "control_run": run_ids[harness.CONTROL]})
+            history.set_label(conn, run_ids[name], history.MUTANT_LABEL + name)
+    finally:
+        conn.close()
     return score(path, run_ids[harness.CONTROL], {n: run_ids[n] for n in names})
 
 
@@ -211,6 +212,7 @@ def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
         report = {"base": base, "device": ctrl_run["device"], "judge": (ctrl_run["summary"] or {}).get("judge"),
                   "models": models,
                   "control": {"run_id": control_run, "executed": len(control), "outcomes": counts,
+                              "triage": (ctrl_run["selection"] or {}).get("options", {}).get("triage"),
                               "passed": counts.get("passed", 0), "false_alarms": len(alarms), "alarms": alarms},
                   "mutants": []}
         for name, run_id in mutant_runs.items():
@@ -269,6 +271,8 @@ def print_report(report: dict, console, show: int = 5) -> None:
                       ", ".join(c["cases"][0] if c["cases"] else c["op"] for c in m["survivors"][:3])
                       + (" …" if len(m["survivors"]) > 3 else ""))
     console.print(table)
+    if ctrl.get("triage") == []:
+        console.print(f"control run {ctrl['run_id']}: {NO_TRIAGE}", markup=False, highlight=False, soft_wrap=True)
     for c in ctrl["alarms"][:show]:
         console.print(f"false alarm: {_short_case(c)}: {c['reason']}", markup=False, highlight=False, soft_wrap=True)
     if len(ctrl["alarms"]) > show:

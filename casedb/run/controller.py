@@ -35,13 +35,13 @@ class Controller:
         self.cases = cases
         self.config = cases.config
         self.conn = None
-        self.recorder = None
-        self.recorded: set = set()
+        self.recorders: dict = {}   # backend (None: the spec's) -> the Recorder of its run
+        self.recorded: set = set()  # (backend, plan key)
         self.started: dict[str, float] = {}
         self.selected: list[str] | None = None
         self.fatal: str | None = None
         self.skips: list[tuple[str, str]] = []
-        self.summary = None
+        self.summaries: dict = {}   # run id -> its summary, once closed
         self._triage_where = None
         if cases.run_id is not None:
             self._attach_run()
@@ -92,7 +92,9 @@ class Controller:
             return  # a session without model-op tests records nothing
         from casedb.store import history  # (see casedb.run.session)
 
-        items = [it for it in (self.cases.item_for(n) for n in self.selected) if it is not None]
+        first = next(iter(self.cases.backend_runs), None)  # every backend runs the same cases
+        items = [it for it in (self.cases.item_for(n) for n in self.selected
+                               if self.cases.backend_of(n) == first) if it is not None]
         opt = self.config.option
         if opt.collectonly or opt.casedb_no_record or (not items and self.cases.run_id is None):
             return
@@ -111,27 +113,33 @@ class Controller:
             history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid(),
                                      arch=self._triage()[1]["arch"])
         else:
-            sel = history.get_run(self.conn, self.cases.run_id)["selection"]
-            changes = {"pid": os.getpid()}
-            if sel.get("planned") is None:
-                changes["planned"] = figures
-            else:
-                changes["remaining"] = figures
-            history.update_selection(self.conn, self.cases.run_id, **changes)
-        self.recorder = history.Recorder(self.conn, self.cases.run_id)
+            for run_id in self._runs().values():
+                sel = history.get_run(self.conn, run_id)["selection"]
+                changes = {"pid": os.getpid()}
+                if sel.get("planned") is None:
+                    changes["planned"] = figures
+                else:
+                    changes["remaining"] = figures
+                history.update_selection(self.conn, run_id, **changes)
+        self.recorders = {b: history.Recorder(self.conn, run_id) for b, run_id in self._runs().items()}
         self.loop_started = self.loop_last = time.monotonic()
-        self.config.hook.pytest_casedb_planned(config=self.config, total=len(items),
+        self.config.hook.pytest_casedb_planned(config=self.config, total=len(items) * len(self.recorders),
                                                figures={**figures, "run_id": self.cases.run_id})
 
+    def _runs(self) -> dict:
+        """backend -> the run its results go to: {None: the run} but in a session over several backends."""
+        return self.cases.backend_runs or {None: self.cases.run_id}
+
     def pytest_runtest_logstart(self, nodeid, location):
-        if self.recorder is not None:
+        if self.recorders:
             self.started[nodeid] = time.monotonic()
 
     def pytest_runtest_logreport(self, report):
-        if self.recorder is None:
+        if not self.recorders:
             return
         it = self.cases.item_for(report.nodeid)
-        if it is None or it.key in self.recorded:
+        backend = self.cases.backend_of(report.nodeid)
+        if it is None or (backend, it.key) in self.recorded:
             return
         payload = _payload(report)
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
@@ -153,9 +161,9 @@ class Controller:
         else:  # xdist: the worker died while running this test
             payload = self._lost(it, report, worker)
         duration = report.duration if report.when in ("call", "setup") else self._elapsed(report.nodeid)
-        if self.recorder.record(it, payload, duration=duration, worker=worker, test_id=it.id):
+        if self.recorders[backend].record(it, payload, duration=duration, worker=worker, test_id=it.id):
             self.loop_last = time.monotonic()
-            self.recorded.add(it.key)
+            self.recorded.add((backend, it.key))
             outcome = payload["outcome"]
             if outcome == "skipped":
                 self.skips.append((it.id, payload["reason"]))
@@ -228,12 +236,14 @@ class Controller:
         at = max(text.rfind("Fatal Python error"), text.rfind("+++++ Timeout"))
         return text[at:at + _TAIL] if at >= 0 else text[-_TAIL:]
 
-    def _unrecorded(self) -> list[str]:
-        """Selected model-op tests this session has no recorded result for."""
+    def _unrecorded(self, backend: str | None) -> list[str]:
+        """Selected model-op tests (of ``backend``'s run) this session has no recorded result for."""
         missing = []
         for nodeid in self.selected or []:
+            if self.cases.backend_of(nodeid) != backend:
+                continue
             it = self.cases.item_for(nodeid)
-            if it is None or it.key not in self.recorded:
+            if it is None or (backend, it.key) not in self.recorded:
                 missing.append(nodeid)
         return missing
 
@@ -242,27 +252,31 @@ class Controller:
 
         # a session pytest could not complete (collection errors, Ctrl-C) leaves the run resumable
         broken = int(exitstatus) not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
-        if self.recorder is None:
+        if not self.recorders:
             if self.cases.run_id is not None and not self.config.option.collectonly:
-                # casedb run made the run row, and nothing was run: close it
+                # casedb run made the run rows, and nothing was run: close them
                 conn = history.connect(self.cases.db_path)
                 try:
-                    history.finish_run(conn, self.cases.run_id, "interrupted" if self.fatal or broken else "finished",
-                                       fatal=self.fatal)
+                    for run_id in self._runs().values():
+                        history.finish_run(conn, run_id, "interrupted" if self.fatal or broken else "finished",
+                                           fatal=self.fatal)
                 finally:
                     conn.close()
             return
-        missing = self._unrecorded()
-        error = None
-        if missing and not (broken or self.fatal or session.shouldstop or session.shouldfail):
-            # every planned case must have its row: never report success over a lost result
-            error = (f"{len(missing)} of {len(self.selected)} selected cases have no recorded result "
-                     f"(e.g. {', '.join(missing[:3])})")
-        complete = not missing and not self.fatal and not broken
-        # this session's run loop: from the cases being ready to run to the last one recorded
-        session_figures = {"cases": len(self.recorded), "loop_s": round(self.loop_last - self.loop_started, 4)}
-        self.summary = history.finish_run(self.conn, self.cases.run_id, "finished" if complete else "interrupted",
-                                          error=error, fatal=self.fatal, session=session_figures)
+        stopped = broken or self.fatal or session.shouldstop or session.shouldfail
+        for backend, run_id in self._runs().items():
+            missing = self._unrecorded(backend)
+            error = None
+            if missing and not stopped:
+                # every planned case must have its row: never report success over a lost result
+                error = (f"{len(missing)} of {len(self.selected) // len(self.recorders)} selected cases have no "
+                         f"recorded result (e.g. {', '.join(missing[:3])})")
+            complete = not missing and not self.fatal and not broken
+            # this session's run loop: from the cases being ready to run to the last one recorded
+            session_figures = {"cases": sum(b == backend for b, _ in self.recorded),
+                               "loop_s": round(self.loop_last - self.loop_started, 4)}
+            self.summaries[run_id] = history.finish_run(self.conn, run_id, "finished" if complete else "interrupted",
+                                                        error=error, fatal=self.fatal, session=session_figures)
         self.conn.close()
         self.conn = None
 
@@ -271,18 +285,17 @@ class Controller:
             terminalreporter.section("casedb: skipped cases")
             for tid, reason in self.skips:
                 terminalreporter.line(f"SKIPPED {tid}: {reason}")
-        summary = self.summary
-        if summary is not None:
+        for run_id, summary in self.summaries.items():
             keys = [outcomes.COUNT_KEYS[name] for name in outcomes.SHOWN]
             parts = [f"{summary[k]} {k}" for k in keys if summary.get(k)]
-            terminalreporter.line(f"casedb: run {self.cases.run_id} recorded in {self.cases.db_path}: "
+            terminalreporter.line(f"casedb: run {run_id} recorded in {self.cases.db_path}: "
                                   f"{summary['executed']} executed, {summary['duplicates_skipped']} duplicates skipped; "
                                   f"{', '.join(parts) or 'nothing run'}")
             if config.option.casedb_run_id is None:  # (casedb run prints its own)
                 note = triage_files_note({**summary, "triage_implicit": self.cases.triage_implicit})
                 terminalreporter.line(f"casedb: {note}")
             if summary.get("error") and not self.fatal:
-                terminalreporter.line(f"casedb: run {self.cases.run_id} not complete: {summary['error']}", red=True)
+                terminalreporter.line(f"casedb: run {run_id} not complete: {summary['error']}", red=True)
         if self.fatal:
             terminalreporter.line(f"casedb: stopped: {self.fatal}", red=True)
 

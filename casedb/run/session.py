@@ -9,6 +9,7 @@ session without model-op tests does not pay for it.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ from casedb.triage import implicit_paths, run_paths
 ARG = "casedb_case"
 MARK_GIVEN = pytest.StashKey[bool]()  # whether -m was given at all (-m "" lifts the default filter)
 NO_EXPR = "\0"  # --list-cases-by-mark without an expression
+# A session over several backends (casedb mutants) runs each case once per backend, as tests
+# "<plan id> @<backend>" (plan ids hold no spaces), each backend's results recorded in its own run.
+BACKEND_SEP = " @"
 
 
 def spec_dest(name: str) -> str:
@@ -59,6 +63,10 @@ class Cases:
                                          shipped=self.spec.shipped_triage)
         self.smoke = not self.spec.models and not self.spec.all_models
         self.run_id = config.option.casedb_run_id
+        self.backend_runs = parse_backend_runs(getattr(config.option, "casedb_backend_runs", None))
+        if self.backend_runs and self.run_id not in self.backend_runs.values():
+            raise pytest.UsageError("--casedb-backend-runs needs --casedb-run-id, one of its runs "
+                                    "(casedb mutants gives both)")
         self._plan = None
         self._by_id = None
         self.mark_names: set[str] = set()  # every mark of the DB (with the plan)
@@ -92,7 +100,23 @@ class Cases:
         if pid is None:
             return None
         self.plan()
-        return self._by_id.get(pid)
+        return self._by_id.get(pid.split(BACKEND_SEP)[0])
+
+    def backend_of(self, nodeid: str) -> str | None:
+        """The backend a test of a session over several backends runs on (None: the spec's)."""
+        pid = param_id(nodeid) or ""
+        return pid.split(BACKEND_SEP, 1)[1] if self.backend_runs and BACKEND_SEP in pid else None
+
+
+def parse_backend_runs(text: str | None) -> dict[str, int]:
+    """``--casedb-backend-runs BACKEND=RUN,...`` as {backend: run id}, in order ({} without it)."""
+    out: dict[str, int] = {}
+    for part in filter(None, (text or "").split(",")):
+        backend, _, run_id = part.partition("=")
+        if not backend or not run_id.isdigit():
+            raise pytest.UsageError(f"--casedb-backend-runs: {part!r} is not BACKEND=RUN_ID")
+        out[backend] = int(run_id)
+    return out
 
 
 @contextlib.contextmanager
@@ -112,6 +136,16 @@ def db_lock(db_path: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: taskset, a container's cpuset), which
+    os.cpu_count() overstates: the machine's count would give each -j worker too many torch
+    threads, and they would fight over the few cores they have."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def xdist_controller(config) -> bool:

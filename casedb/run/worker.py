@@ -6,6 +6,8 @@ the cases execute on (:func:`casedb.run.target.execute_item` runs each).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from casedb.cases import marks as marks_mod
@@ -13,7 +15,7 @@ from casedb.errors import CasedbError
 from casedb.names import model_mark
 from casedb.run.plan import in_shard, op_matches
 from casedb.run.runspec import parse_shard
-from casedb.run.session import ARG, Cases, item_param
+from casedb.run.session import ARG, BACKEND_SEP, Cases, item_param
 from casedb.run.target import (Target, TargetError, entries_timeout, prepare_target, triage_entries,
                                triage_target)
 from casedb import triage as triage_mod
@@ -26,8 +28,8 @@ class Worker:
         self.cases = cases
         self.config = cases.config
         self._marks: dict = {}
-        self._target = None
-        self._target_error = None
+        self._targets: dict = {}        # backend (None: the spec's) -> the prepared target
+        self._target_errors: dict = {}
         self._store = None
         self._triage = None
 
@@ -72,9 +74,13 @@ class Worker:
         plan = self.cases.plan()
         for name in sorted(self.cases.mark_names):  # -m may name a mark of any case of the DB
             self._mark(name)
+        backends = list(self.cases.backend_runs)
         for it in plan:
-            names = list(it.marks) + [model_mark(m) for m in it.models]
-            params.append(pytest.param(it, id=it.id, marks=[self._mark(n) for n in names]))
+            marks = [self._mark(n) for n in list(it.marks) + [model_mark(m) for m in it.models]]
+            if not backends:
+                params.append(pytest.param(it, id=it.id, marks=marks))
+            # one case's backends one after the other: its inputs and reference are built while warm
+            params += [pytest.param(it, id=f"{it.id}{BACKEND_SEP}{b}", marks=marks) for b in backends]
         metafunc.parametrize(ARG, params)
 
     def pytest_itemcollected(self, item):
@@ -95,7 +101,7 @@ class Worker:
             raise pytest.UsageError(str(e)) from None
         default = None if spec.markexpr is not None else marks_mod.MarkExpression(marks_mod.DEFAULT_EXCLUDE)
         done = self._done_keys()
-        keep, drop, taken = [], [], 0
+        keep, drop, taken = [], [], set()  # taken: the plan keys --limit counts (once over several backends)
         for item in items:
             it = item_param(item)
             if it is None:
@@ -104,9 +110,10 @@ class Worker:
             ok = ((default is None or default.matches(it.marks)) and op_matches(it.op, spec.op)
                   and in_shard(it.signature, shard) and (spec.max_numel is None or it.numel <= spec.max_numel)
                   and self._triaged(item, it) and (spec.max_numel is None or it.fits(spec.max_numel)))
-            if ok and spec.limit is not None:
-                ok = taken < spec.limit
-                taken += ok
+            if ok and spec.limit is not None and it.key not in taken:
+                ok = len(taken) < spec.limit
+                if ok:
+                    taken.add(it.key)
             if ok and it.key in done:
                 ok = False
             (keep if ok else drop).append(item)
@@ -132,7 +139,7 @@ class Worker:
         if self.triage is None:
             return True
         try:
-            where = triage_target(self.target())
+            where = triage_target(self.target(item))
         except TargetError:
             return True  # the first case reports why the target cannot be used
         entries = triage_entries(it, self.triage, where)
@@ -149,22 +156,27 @@ class Worker:
             # import torch and the --import modules now (in a worker: before it reports its
             # collection), so the first case's time and its --timeout are its own; an unusable
             # target is reported by the first case
-            try:
-                self.target()
-            except TargetError:
-                pass
+            for backend in list(self.cases.backend_runs) or [None]:
+                try:
+                    self.target(backend=backend)
+                except TargetError:
+                    pass
 
-    def target(self):
-        """The prepared target of this process (imports done, device resolved), or raises."""
-        if self._target_error is not None:
-            raise TargetError(self._target_error)
-        if self._target is None:
+    def target(self, node=None, *, backend: str | None = None):
+        """The prepared target of this process (imports done, device resolved) for test ``node``
+        (its backend, in a session over several), or raises."""
+        if node is not None:
+            backend = self.cases.backend_of(node.nodeid)
+        if backend in self._target_errors:
+            raise TargetError(self._target_errors[backend])
+        if backend not in self._targets:
+            spec = self.cases.spec if backend is None else replace(self.cases.spec, backend=backend)
             try:
-                self._target = prepare_target(Target.from_spec(self.cases.spec))
+                self._targets[backend] = prepare_target(Target.from_spec(spec))
             except TargetError as e:
-                self._target_error = str(e)
+                self._target_errors[backend] = str(e)
                 raise
-        return self._target
+        return self._targets[backend]
 
     def pytest_sessionfinish(self, session, exitstatus):
         if self._store is not None:
