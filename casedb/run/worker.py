@@ -161,11 +161,19 @@ class Worker:
         if self._target is None:
             try:
                 self._target = prepare_target(Target.from_spec(self.cases.spec))
+                from casedb.run import execute, refcache  # (torch: see prepare_target)
+
+                execute.use_reference_cache(refcache.ReferenceCache(refcache.beside(self.cases.db_path))
+                                            if self.cases.spec.reference_cache else None)
             except TargetError as e:
                 self._target_error = str(e)
                 raise
         return self._target
 
     def pytest_sessionfinish(self, session, exitstatus):
+        if self._target is not None:  # (-j 0: this process goes on after the run)
+            from casedb.run import execute
+
+            execute.use_reference_cache(None)
         if self._store is not None:
             self._store.close()
