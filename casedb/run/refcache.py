@@ -107,7 +107,7 @@ def _encode(x, tensors: list):
         return {"c": [x.real, x.imag]}
     if isinstance(x, torch.dtype):
         return {"dt": str(x).replace("torch.", "")}
-    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+    if type(x) is dict and all(isinstance(k, str) for k in x):
         return {"d": [[k, _encode(v, tensors)] for k, v in x.items()]}
     if type(x) in (list, tuple, torch.Size):
         return {{list: "l", tuple: "u", torch.Size: "z"}[type(x)]: [_encode(v, tensors) for v in x]}
