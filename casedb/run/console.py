@@ -149,6 +149,8 @@ def summary_tables(summary: dict):
             times.append(f"{label} {t[k]:.1f} ms")
     if times:
         line += "; per case: " + ", ".join(times)
+    if t.get("references_from_cache"):
+        line += f"; {t['references_from_cache']} references from the cache"
     if summary.get("duration_s") is not None:
         line += f"; total {summary['duration_s']:.1f} s"
     return table, text(line)

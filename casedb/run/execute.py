@@ -34,7 +34,9 @@ from casedb.cases.ops import OpInfo, UnknownOpError, get_arg, op_info
 from casedb.judge import numerics
 from casedb.judge.compare import compare
 from casedb.judge.execution import ErrorInfo, Execution
+from casedb.run import refcache
 from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage
+from casedb.run.refcache import ReferenceCache
 
 _VALUE_FREE = re.compile(r"(^|\.)(zeros|ones|full|empty|rand|randn|randint)_like$|(^|\.)new_(zeros|ones|full|empty)$")
 
@@ -165,13 +167,18 @@ class _Setup:
 def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str | Callable" = "eager",
              load_blob: Callable[[str], bytes] | None = None, reference_dtype: "str | None" = None,
              check_determinism: bool = False, replace_device: bool = True,
-             high_precision: bool = False) -> Execution:
+             high_precision: "bool | str" = False, reference_cache: "ReferenceCache | None | bool" = None) -> Execution:
     """Run ``case`` on the CPU reference and on ``device``/``backend``; see the module docstring.
 
     ``replace_device=False``: device strings recorded in the case (``cuda:0``) reach the target
     as written (the reference always gets ``cpu``). ``high_precision``: also run the upcast
     reference the ULP judge needs, in float32 for outputs of 16 bits or less and float64 otherwise
-    (``reference_dtype`` names its dtype instead).
+    (``reference_dtype`` names its dtype instead, and is always run); ``high_precision="needed"``:
+    only where a judge can use it — not when the target's result is bit-identical to the
+    reference, which every judge passes (tolerance, ULPs: the same error as the reference's own;
+    bias: no difference from the reference's own). ``reference_cache``: where cached references
+    come from and go to (:mod:`casedb.run.refcache`; None: the one :func:`use_reference_cache`
+    set, False: none).
 
     Problems of the case itself (unknown op, inputs that cannot be built) come back as
     ``ref_error`` (phase ``resolve``/``materialize``); a bad ``device``, ``backend`` or
@@ -186,17 +193,82 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
     setup = _set_up(ex, case, load_blob)
     if setup is None:
         return ex
+    cache = _reference_cache if reference_cache is None else (reference_cache or None)
+    if setup.meta:
+        cache = None  # random or uninitialized output: no reference to keep
     with torch.no_grad():
-        ref_inputs = _run_reference(ex, setup, case, load_blob)
-        if ref_inputs is None:
-            return ex
-        if hi_dtype is None and high_precision:
+        ref_inputs = None
+        if not _cached_reference(ex, setup, case, cache):
+            ref_inputs = _run_reference(ex, setup, case, load_blob)
+            if ref_inputs is None:
+                return ex
+            _keep_reference(ex, setup, case, cache)
+        shared = ref_inputs if dev.type == "cpu" and not setup.writes and replace_device else None
+        versions = setup.prepared.versions()
+        _run_target(ex, setup, dev, backend, check_determinism, shared=shared, replace_device=replace_device)
+        if hi_dtype is None and high_precision and (high_precision != "needed" or not _decided(ex)):
             hi_dtype = _upcast_dtype(ex, setup.prepared)
         if hi_dtype is not None:
-            _run_upcast(ex, setup, hi_dtype, case["op"])
-        shared = ref_inputs if dev.type == "cpu" and not setup.writes and replace_device else None
-        _run_target(ex, setup, dev, backend, check_determinism, shared=shared, replace_device=replace_device)
+            if setup.prepared.versions() != versions:  # the target wrote into the inputs it shared
+                setup.prepared = prepare(case, load_blob=load_blob)
+            _high_precision(ex, setup, hi_dtype, case, cache)
     return ex
+
+
+# ------------------------------------------------------------------------------------ the reference cache
+
+_reference_cache = None
+
+
+def use_reference_cache(cache: "ReferenceCache | None") -> None:
+    """The cache every later :func:`run_case` of this process uses unless given one (the worker
+    of a run sets it: casedb.run.worker)."""
+    global _reference_cache
+    _reference_cache = cache
+
+
+def _decided(ex: Execution) -> bool:
+    """Whether the verdict needs no high-precision reference: the target's result is bit-identical
+    to the reference's (see run_case)."""
+    return (ex.reference is not None and ex.target is not None
+            and compare(ex.reference, ex.target, mode="bits").passed)
+
+
+def _cached_reference(ex: Execution, s: _Setup, case: dict, cache) -> bool:
+    """Take the reference from ``cache``; False on a miss (or without a cache)."""
+    if cache is None:
+        return False
+    t0 = perf_counter()
+    found = cache.load(refcache.key(case, "reference"))
+    if found is None:
+        return False
+    ex.reference = found["reference"]
+    s.keys[:] = found["mutated"]
+    s.writes = s.writes or bool(s.keys)
+    ex.mutated = list(s.keys)
+    ex.t_ref = perf_counter() - t0
+    ex.notes["reference_cache"] = "hit"
+    return True
+
+
+def _keep_reference(ex: Execution, s: _Setup, case: dict, cache) -> None:
+    if cache is not None and ex.reference is not None:
+        cache.store(refcache.key(case, "reference"), {"reference": ex.reference, "mutated": list(s.keys)})
+
+
+def _high_precision(ex: Execution, s: _Setup, hi_dtype: torch.dtype, case: dict, cache) -> None:
+    """The upcast reference: from ``cache``, else run (and kept there)."""
+    name = None if cache is None else refcache.key(case, "hi", str(hi_dtype))
+    if name is not None and ex.reference is not None:
+        t0 = perf_counter()
+        found = cache.load(name)
+        if found is not None:
+            ex.reference_hi, ex.reference_mag = found["reference_hi"], found["reference_mag"]
+            ex.t_ref_hi = perf_counter() - t0
+            return
+    _run_upcast(ex, s, hi_dtype, case["op"])
+    if name is not None and ex.reference is not None and ex.reference_hi is not None:
+        cache.store(name, {"reference_hi": ex.reference_hi, "reference_mag": ex.reference_mag})
 
 
 def _set_up(ex: Execution, case: dict, load_blob) -> _Setup | None:

@@ -160,6 +160,10 @@ class RunSpec:
                                      cli=("--timeout",), builtin="--timeout", what=False))
     fail_fast: bool = opt(False, Flag("Stop at the first unexpected outcome.",
                                       cli=("--fail-fast", "-x"), builtin="-x", what=False))
+    reference_cache: bool = opt(True, Flag(
+        "Take CPU references from the cache beside the DB (<db>.refcache, casedb.run.refcache) and keep new "
+        "ones there (default); --no-reference-cache computes every one and keeps none.",
+        cli=("--reference-cache",), pytest="--casedb-reference-cache", what=False))
     threads: int | None = opt(None, Flag("torch threads per process running cases.",
                                          pytest="--casedb-threads", what=False, target=True, metavar="N"))
 
@@ -239,6 +243,10 @@ class RunSpec:
                 marks.MarkExpression(self.markexpr)
             except ValueError as e:
                 raise CasedbError(str(e)) from None
+        if self.reference_cache:
+            from casedb.run.refcache import MAX_BYTES_ENV, parse_bytes
+
+            parse_bytes(os.environ.get(MAX_BYTES_ENV))
         if self.reference_dtype:
             try:
                 dtypes.reference_dtype(self.reference_dtype)

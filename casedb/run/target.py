@@ -273,7 +273,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
                 "judgements": judgements + [_judgement(occ, "skipped", reason) for occ, _, _ in active]}
     ex = execute.run_case(case, device=target.device, backend=target.backend, load_blob=load_blob,
                           reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
-                          replace_device=target.replace_device, high_precision=target.judge != "tolerance")
+                          replace_device=target.replace_device, high_precision="needed" if target.judge != "tolerance" else False)
     policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
     found = ex.dtypes() or [item.dtype]
     verdicts = []

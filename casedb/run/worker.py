@@ -173,11 +173,20 @@ class Worker:
             spec = self.cases.spec if backend is None else replace(self.cases.spec, backend=backend)
             try:
                 self._targets[backend] = prepare_target(Target.from_spec(spec))
+                from casedb.run import execute, refcache  # (torch: see prepare_target)
+
+                # one cache for the process: every backend of a session reads the same references
+                execute.use_reference_cache(refcache.ReferenceCache(refcache.beside(self.cases.db_path))
+                                            if self.cases.spec.reference_cache else None)
             except TargetError as e:
                 self._target_errors[backend] = str(e)
                 raise
         return self._targets[backend]
 
     def pytest_sessionfinish(self, session, exitstatus):
+        if self._targets:  # (-j 0: this process goes on after the run)
+            from casedb.run import execute
+
+            execute.use_reference_cache(None)
         if self._store is not None:
             self._store.close()

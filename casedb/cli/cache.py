@@ -1,0 +1,47 @@
+"""`casedb cache info|clear`: the reference cache beside the DB (casedb.run.refcache)."""
+
+from __future__ import annotations
+
+import typer
+
+from casedb.cli.common import app, console, emit_json, fail, state
+from casedb.errors import CasedbError
+
+cache_app = typer.Typer(help="The cache of CPU references beside the DB (<db>.refcache): what it holds, clear it.")
+app.add_typer(cache_app, name="cache")
+
+
+def _cache():
+    from casedb.run import refcache
+    from casedb.store.database import db_path
+
+    return refcache.ReferenceCache(refcache.beside(db_path(state.db).resolve()))
+
+
+@cache_app.command("info")
+def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """Where the cache is, how many references it holds, their size and the cap."""
+    try:
+        info = _cache().info()
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(info)
+        return
+    console.print(f"{info['folder']}: {info['entries']} references, {info['bytes'] / 2**20:.1f} MiB "
+                  f"of at most {info['max_bytes'] / 2**20:.0f} MiB (least recently used go first)",
+                  highlight=False, soft_wrap=True)
+
+
+@cache_app.command("clear")
+def clear_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """Delete every cached reference (the next run computes them again)."""
+    try:
+        cache = _cache()
+        gone = cache.clear()
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json({"folder": str(cache.folder), "deleted": gone})
+        return
+    console.print(f"{cache.folder}: {gone} references deleted", highlight=False, soft_wrap=True)
