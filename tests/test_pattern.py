@@ -15,6 +15,7 @@ REF = torch.randn(4, 6, generator=torch.Generator().manual_seed(0)) + 3  # no ze
     (REF.clone().index_fill_(1, torch.tensor([2]), float("nan")), "NaN or inf where the reference is finite"),
     (-REF, "sign flipped"),
     (REF * 0.5, "scaled by 0.5"),
+    (REF * 1.005, "scaled by 1.005"),  # a softmax 0.5 % off: three digits would read "scaled by 1"
     (REF.clone().index_fill_(1, torch.tensor([5]), 0.0), "wrong only at index 5 of the last dim"),
     (REF.clone().index_fill_(0, torch.tensor([1]), 7.0), "wrong only at index 1 of dim 0"),
 ])

@@ -42,8 +42,17 @@ def _sign_or_scale(r: torch.Tensor, o: torch.Tensor, n_bad: int) -> str | None:
         return "sign flipped"
     k = float(ratio.median())
     if k != 1 and abs(k) > 1e-6 and bool(((ratio - k).abs() <= 1e-2 * abs(k)).float().mean() >= _SHARE):
-        return f"scaled by {k:.3g}"
+        return f"scaled by {_digits(k)}"
     return None
+
+
+def _digits(k: float) -> str:
+    """k with 3 significant digits, more where 3 would read as 1 (a softmax 0.5 % off: 1.005)."""
+    for digits in range(3, 8):
+        text = f"{k:.{digits}g}"
+        if float(text) != 1:
+            return text
+    return f"{k:.8g}"
 
 
 def _one_slice(bad: torch.Tensor) -> str | None:
