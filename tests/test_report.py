@@ -8,11 +8,12 @@ import sqlite_utils
 from tests import runs_data
 from tests.conftest import rows
 
-def repro(db_path, name: str) -> str:
-    """The repro command a report shows: the case by signature prefix (a name can hold anything)."""
+def repro(db_path, name: str, run_id: int = 2) -> str:
+    """The repro command a report shows: the case by signature prefix (a name can hold anything),
+    as run ``run_id`` (the second of two_runs) judged it."""
     sig = rows(db_path, "SELECT signature FROM model_cases WHERE name = ?", [name])[0]["signature"]
     model = rows(db_path, "SELECT model FROM model_cases WHERE name = ?", [name])[0]["model"]
-    return f"casedb repro {sig[:16]} --model {model} --device cpu --backend inductor"
+    return f"casedb repro {sig[:16]} --model {model} --device cpu --backend inductor --run {run_id}"
 
 
 def a_silu_regression(db_path) -> dict:

@@ -145,6 +145,8 @@ def repro_cmd(
     atol: Optional[float] = typer.Option(None, "--atol", help="Tolerance (default: the case's)."),
     no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in the case."),
     model: Optional[str] = typer.Option(None, "--model", help="Use this model's tolerances (when models share the case)."),
+    run: Optional[int] = typer.Option(None, "--run", help="Reproduce the case as this run ran and judged it: its target, "
+                                      "--import modules, judge, values and tolerances (options given here win)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
 ):
     """Print a standalone Python script (torch only) that reproduces one case."""
@@ -153,7 +155,8 @@ def repro_cmd(
     try:
         with open_db() as store:
             script = repro.script(store, name, device=device, backend=backend, imports=list(imports or []),
-                                  rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model)
+                                  rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model,
+                                  run=run)
     except CasedbError as e:
         fail(e)
     if output:
