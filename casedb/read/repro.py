@@ -193,15 +193,10 @@ def _op(op: str) -> dict:
 
 
 def _choose(store, name: str, model: str | None) -> tuple[dict, list[dict]]:
-    rows = store.find(name)
-    if model is not None:
-        wanted = store.model(model)["name"]
-        rows = [r for r in rows if r["model"] == wanted] or rows
-    sigs = list(dict.fromkeys(r["signature"] for r in rows))
-    if len(sigs) > 1:
-        choices = ", ".join(f"{r['model']}::{r['name']} ({r['signature'][:12]})" for r in rows[:10])
-        raise CasedbError(f"{name!r} names {len(sigs)} different cases; give one of: {choices}")
-    return store.case(sigs[0]), rows
+    from casedb.store.lookup import one_case
+
+    rows = one_case(store, name, model)
+    return store.case(rows[0]["signature"]), rows
 
 
 def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:

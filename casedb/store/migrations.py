@@ -264,6 +264,7 @@ def m132_run_labels(db):
 
 
 @migrations()
+@_recreates_views
 def m141_repro_run(db):
     # The repro command the views show names its run (`casedb repro ... --run N`), so the script
     # takes that run's imports, judge and tolerances.
