@@ -214,7 +214,8 @@ def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
     t = {"device": given["device"] or ctx.get("device"), "backend": given["backend"] or ctx.get("backend")
          or RunSpec().backend, "imports": [repro_run.portable_import(m) for m in imports],
          "judge": ctx.get("judge") or numerics.DEFAULT_JUDGE, "hi_dtype": ctx.get("reference_dtype"),
-         "values": ctx.get("values") or "random", "run": run, "run_outcome": ctx.get("outcome")}
+         "values": ctx.get("values") or "random", "run": run, "run_outcome": ctx.get("outcome"),
+         "replace_device": given["replace_device"] and ctx.get("replace_device", True)}
     # the tolerance a run gives each floating dtype of this occurrence (casedb.judge.numerics, no rules) ...
     rtol, atol = given["rtol"], given["atol"]
     plan_occ = {**occ, "defaults": store.models_defaults(occ["model"]),
@@ -247,7 +248,7 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
     case, rows = _choose(store, name, model)
     occ = rows[0]
     t = _target(store, case, occ, run, {"device": device, "backend": backend, "imports": list(imports or []),
-                                         "rtol": rtol, "atol": atol})
+                                         "rtol": rtol, "atol": atol, "replace_device": replace_device})
     ran = value_ranges.variant(case, t["values"])
     if ran is None:
         raise CasedbError(f"run {run} ran {t['values']} values, and case {case['signature'][:16]} has none "
@@ -261,7 +262,7 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
         "device": t["device"], "backend": t["backend"], "rtol": main[0], "atol": main[1],
         "tolerances": t["tolerances"], "tolerance_note": t["tolerance_note"], "judge": t["judge"],
         "hi_dtype": t["hi_dtype"], "values": t["values"], "run": t["run"], "run_outcome": t["run_outcome"],
-        "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": replace_device,
+        "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": t["replace_device"],
         "writes": info.mutated(prepared.args, prepared.kwargs),
         "metadata_only": info.metadata_only(prepared.args, prepared.kwargs),
         "tensors": [_tensor(leaf, store.load_blob, embed=ran is not case) for leaf in prepared.leaves],
