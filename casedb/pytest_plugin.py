@@ -233,6 +233,20 @@ def pytest_collection_modifyitems(session, config, items):
         raise pytest.UsageError(problem)
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say what pytest's "N deselected" does not: how many of the plan's cases the RFC's default
+    mark filter removed (no -m given), and how to include them."""
+    controller = config.pluginmanager.get_plugin("casedb-controller")
+    cases = config.stash.get(_CASES, None)
+    if controller is None or controller.summary is None or cases is None or cases.spec.markexpr is not None:
+        return  # no run recorded here, or -m given: pytest's own count says it all
+    default = marks_mod.MarkExpression(marks_mod.DEFAULT_EXCLUDE)
+    removed = sum(not default.matches(it.marks) for it in cases.plan())
+    if removed:
+        terminalreporter.line(f"casedb: {removed} cases deselected by the RFC default -m '{marks_mod.DEFAULT_EXCLUDE}'; "
+                              "pass -m '' to include them")
+
+
 def test_model_op(casedb_case, request):
     """One operator case from the casedb DB: the CPU eager reference vs --device / --compile-backend."""
     worker = request.config.stash[_WORKER]

@@ -37,9 +37,10 @@ def signature(db, model, name):
     return one(db, "SELECT signature FROM model_cases WHERE model = ? AND name = ?", [model, name])[0]
 
 
-def repro_command(db, model, name) -> str:
-    """The repro command shown for a judged occurrence: the case by signature prefix."""
-    return f"casedb repro {signature(db, model, name)[:16]} --model {model} --device cpu --backend inductor"
+def repro_command(db, model, name, run_id: int = 2) -> str:
+    """The repro command shown for a judged occurrence of run ``run_id``: the case by signature prefix."""
+    return (f"casedb repro {signature(db, model, name)[:16]} --model {model} --device cpu --backend inductor"
+            f" --run {run_id}")
 
 
 def canned(served, name, **params):

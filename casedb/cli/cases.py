@@ -57,13 +57,13 @@ def import_cmd(
     if as_json:
         emit_json(report.to_dict())
         return
-    table = Table(title="dry run: nothing written" if dry_run else None)
-    for col in ("file", "format", "model", "records", "new cases", "duplicates", "skipped"):
-        table.add_column(col, overflow="fold",
-                         justify="right" if col in ("records", "new cases", "duplicates", "skipped") else "left")
-    for f in report.files:
-        table.add_row(f.path, f.format, f.model or "", str(f.records), str(f.new_cases), str(f.duplicates), str(f.skipped))
-    console.print(table)
+    # a table on a terminal, one plain row per file in a pipe (casedb.read.tables)
+    title = "dry run: nothing written" if dry_run else None
+    if title and tables.resolve(None, console) is not tables.Format.table:
+        err_console.print(title, highlight=False)
+    tables.emit([vars(f) for f in report.files], ("path", "format", "model", "records", "new_cases", "duplicates",
+                                                  "skipped"),
+                console=console, headers={"path": "file", "new_cases": "new cases"}, title=title)
     if report.retired or report.removed:
         console.print(f"--replace: {report.removed} case(s) no longer imported were removed; {report.retired} that "
                       "runs have judged were retired (kept for history, no longer listed or run)", highlight=False)
@@ -128,11 +128,13 @@ def cases_cmd(
 
 @app.command("show")
 def show_cmd(
-    name: str = typer.Argument(..., help="Case name, model::name, or signature prefix."),
+    name: str = typer.Argument(..., help="Case name, model::name, or signature prefix (4 or more hex digits)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """Show one case: what is executed and where each model uses it."""
-    rows = from_store(lambda store: store.find(name))
+    from casedb.store.lookup import one_case
+
+    rows = from_store(lambda store: one_case(store, name))
     first = rows[0]
     detail = {k: first[k] for k in ("signature", "op", "inputs", "attrs", "dtype", "seed", "derived_marks", "shapes")}
     detail["occurrences"] = [

@@ -50,7 +50,9 @@ def _main(
     db: Optional[Path] = typer.Option(
         None, "--db", envvar="CASEDB_DB", help="Database file (default: data/casedb.sqlite, created on first use)."
     ),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    # metavar "": a flag takes no value, so its help shows none (Typer would show <bool>)
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="",
+                                 help="Show the version."),
 ):
     state.db = db
 

@@ -107,10 +107,18 @@ def run_cmd(**options):
     from casedb.run.runspec import RunSpec
 
     resume, as_json, no_progress = options.pop("resume"), options.pop("as_json"), options.pop("no_progress")
+    label = options.pop("label")
     options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
     try:
         spec = RunSpec(**options)
+        if label is not None:
+            from casedb.cli.runs import label_run
+            from casedb.store.history import check_label
+
+            check_label(label)  # before the run: a bad label must not cost one
         summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)
+        if label is not None:
+            label_run(summary["run_id"], label)
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -129,6 +137,8 @@ run_cmd.__signature__ = inspect.Signature([
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[int], default=typer.Option(
         None, "--resume", metavar="RUN_ID",
         help="Finish run RUN_ID (its selection and target; give its --import modules again).")),
+    option("label", Optional[str], None, "--label", help="Label the run (as `casedb runs label` does: "
+                                                       "`casedb runs --label` finds it)."),
     option("as_json", bool, False, "--json", help="Print the summary as JSON."),
     option("no_progress", bool, False, "--no-progress", help="No progress bar."),
 ])
@@ -145,6 +155,8 @@ def repro_cmd(
     atol: Optional[float] = typer.Option(None, "--atol", help="Tolerance (default: the case's)."),
     no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in the case."),
     model: Optional[str] = typer.Option(None, "--model", help="Use this model's tolerances (when models share the case)."),
+    run: Optional[int] = typer.Option(None, "--run", help="Reproduce the case as this run ran and judged it: its target, "
+                                      "--import modules, judge, values and tolerances (options given here win)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
 ):
     """Print a standalone Python script (torch only) that reproduces one case."""
@@ -153,7 +165,8 @@ def repro_cmd(
     try:
         with open_db() as store:
             script = repro.script(store, name, device=device, backend=backend, imports=list(imports or []),
-                                  rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model)
+                                  rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model,
+                                  run=run)
     except CasedbError as e:
         fail(e)
     if output:

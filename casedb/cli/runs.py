@@ -82,6 +82,14 @@ def runs_label_cmd(
     err_console.print(f"run {run}: " + ("label removed" if clear else f"labelled {clean(label)!r}"), highlight=False)
 
 
+def label_run(run_id: int, label: str) -> None:
+    """Label run ``run_id`` (`casedb run --label`: as `casedb runs label` does)."""
+    from casedb.store import history
+
+    with _history() as conn:
+        history.set_label(conn, run_id, label)
+
+
 @runs_app.command("delete")
 def runs_delete_cmd(
     runs: List[int] = typer.Argument(..., help="The runs to delete."),

@@ -7,8 +7,9 @@
 * `outcome` and `verdict` cells are coloured;
 * every request other than GET/HEAD is answered 405: the server is read-only by construction,
   not only because no view happens to write (Datasette 0.65 answers a POST to a table with 500);
-* SQL function ``casedb_latest_run()``: the newest run id. The served file is immutable, so it
-  is a constant per connection, which lets SQLite push ``run_id = casedb_latest_run()`` into the
+* SQL function ``casedb_mutant_run(label)``: whether a run's label marks a `casedb mutants` run;
+* SQL function ``casedb_latest_run()``: the newest run id (not a mutant run's). The served file
+  is immutable, so it is a constant per connection, which lets SQLite push ``run_id = casedb_latest_run()`` into the
   grouped views (a ``(SELECT max(id) FROM runs)`` subquery would make them aggregate every run);
 * every connection gets SQLite's length limit (``serve_settings.MAX_VALUE_BYTES``) and a row factory
   that stops a query once it has returned ``serve_settings.MAX_RESULT_BYTES`` of values;
@@ -35,6 +36,7 @@ from markupsafe import Markup, escape
 
 from casedb import outcomes
 from casedb.read.serve_settings import DB_NAME, MAX_RESULT_BYTES, MAX_SQLITE_HEAP, MAX_VALUE_BYTES
+from casedb.store import history
 
 _COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#cf222e", "xfail": "#9a6700", "skip": "#57606a",
             "ref_error": "#8250df"}
@@ -89,11 +91,11 @@ def prepare_connection(conn, database, datasette):
     except sqlite3.Error:  # not a casedb database
         return
     try:  # the latest run that is not a `casedb mutants` run, as `casedb report` takes it
-        latest = conn.execute("SELECT max(id) FROM runs WHERE label IS NULL OR label NOT GLOB 'mutant:*'"
-                              ).fetchone()[0] or latest
+        latest = conn.execute(f"SELECT max(id) FROM runs WHERE {history.NOT_MUTANT_RUN}").fetchone()[0] or latest
     except sqlite3.Error:  # a database from before run labels
         pass
     conn.create_function("casedb_latest_run", 0, lambda: latest, deterministic=True)
+    conn.create_function("casedb_mutant_run", 1, history.mutant_run, deterministic=True)
     # a failure's cause, as the run summary and `casedb report` group them (casedb.causes)
     conn.create_function("casedb_cause", 6, causes.cause, deterministic=True)
 

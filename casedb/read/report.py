@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
 from casedb.store import history
@@ -28,8 +29,8 @@ _VERDICT_COLS = ("model", "case_name", "op", "inputs", "dtype", "outcome", "stag
 _CHANGE_COLS = ("model", "case_name", "op", "inputs", "dtype", "base_outcome", "outcome", "base_max_abs_err",
                 "max_abs_err", "err_growth", "error_type", "error_message", "rtol", "atol", "repro")
 _BLOCKING_COLS = ("op", "models_blocked", "models", "unblocks", "failing", "occurrences", "blocked_models")
-_TOTAL_COLS = ("occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-               "ref_errors", "not_exercised", "pass_rate")
+# the outcome counts, in the order and under the names `casedb run` prints them
+_COUNTED = tuple(outcomes.COUNT_KEYS[o] for o in outcomes.SHOWN)
 
 
 def _rows(db, sql: str, params: Iterable[Any] = ()) -> list[dict]:
@@ -45,8 +46,7 @@ def _cols(cols: Iterable[str]) -> str:
 def latest_run_id(db) -> int:
     """Id of the newest run that is not a `casedb mutants` run (the newest mutant run where there
     are only those); a CasedbError that says how to record one when there is none."""
-    run_id = db.execute("SELECT max(id) FROM runs WHERE label IS NULL OR label NOT GLOB ?",
-                        [history.MUTANT_LABEL + "*"]).fetchone()[0]
+    run_id = db.execute(f"SELECT max(id) FROM runs WHERE {history.NOT_MUTANT_RUN}").fetchone()[0]
     run_id = run_id if run_id is not None else db.execute("SELECT max(id) FROM runs").fetchone()[0]
     if run_id is None:
         raise CasedbError("no runs recorded in this database yet; record one with "
@@ -73,6 +73,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     summary = _rows(db, "SELECT * FROM run_summaries WHERE run_id = ?", [run_id])[0]
     compare, baseline_source = _baseline_run(db, run_id, compare)
     report = _summary(summary)
+    report["totals"] = _totals(history.run_counts(db, run_id))
     report["runtime"] = _runtime(db, summary, run_id, top)
     report.update(_verdicts(db, run_id))
     report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
@@ -93,12 +94,17 @@ def _baseline_run(db, run_id: int, compare: int | None) -> tuple[int | None, str
     return compare, "--compare"
 
 
+def _totals(counts: dict) -> dict:
+    """The run's totals as `casedb run` counts them (casedb.store.history.run_counts): cases
+    executed, each outcome under its summary name, the occurrences judged, the pass rate."""
+    return {k: counts[k] for k in ("executed", *_COUNTED, "occurrences", "pass_rate")}
+
+
 def _summary(summary: dict) -> dict[str, Any]:
     occurrences, executions = summary["occurrences"] or 0, summary["executions"]
     report: dict[str, Any] = {
         "run": {k: summary[k] for k in ("run_id", "started_at", "finished_at", "status", "device", "backend",
                                         "torch_version")},
-        "totals": {k: summary[k] or 0 for k in _TOTAL_COLS},
         "dedupe": {
             "occurrences": occurrences,
             "executions": executions,
@@ -107,7 +113,6 @@ def _summary(summary: dict) -> dict[str, Any]:
             "ratio": round(occurrences / executions, 3) if executions else None,
         },
     }
-    report["totals"]["pass_rate"] = summary["pass_rate"]
     return report
 
 
@@ -134,9 +139,10 @@ def _verdicts(db, run_id: int) -> dict:
     out["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
                            " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
     out["causes"] = history.failure_groups(db.conn, run_id)
-    out["failures"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
-                                " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
-                                " ORDER BY op, model, case_name", [run_id])
+    out["failures"] = _judged_outputs(db, run_id, _rows(
+        db, f"SELECT {_cols(_VERDICT_COLS)}, signature FROM verdicts WHERE run_id = ?"
+            " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
+            " ORDER BY op, model, case_name", [run_id]))
     # tt-xla's triage rule: a case marked xfail that passes should lose its mark.
     out["remove_xfail"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
                                     " AND outcome = 'xpassed' ORDER BY model, op, case_name", [run_id])
@@ -157,6 +163,24 @@ def _verdicts(db, run_id: int) -> dict:
                                        " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
                                        " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
     return out
+
+
+def _judged_outputs(db, run_id: int, rows: list[dict]) -> list[dict]:
+    """Failure rows with the dtype of the output the judge read (the first whose tolerance the
+    result records: a float32 output of a bf16 case is judged as float32) and the pattern of a
+    wrong result (casedb.judge.pattern: "all zeros" says more than "max rel err 1")."""
+    import json
+
+    facts = {}
+    for sig, tolerances, pattern in db.execute(
+            "SELECT signature, json_extract(metrics, '$.tolerances'), json_extract(metrics, '$.pattern')"
+            " FROM results WHERE run_id = ? AND json_valid(metrics)", [run_id]):
+        dtypes = list(json.loads(tolerances)) if tolerances else []
+        facts[sig] = (dtypes[0] if dtypes else None, pattern)
+    for r in rows:
+        dtype, pattern = facts.get(r.pop("signature"), (None, None))
+        r["dtype"], r["pattern"] = dtype or r["dtype"], pattern
+    return rows
 
 
 def _comparison(db, run_id: int, compare: int | None, source: str, error_factor: float) -> dict:
@@ -240,13 +264,11 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
 def _pass_rate_tables(table: Callable, report: dict) -> None:
     """Totals, per model, per op."""
     tot = report["totals"]
-    table("Totals", ["pass rate", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-                     "ref_errors", "not exercised", "vacuous", "occurrences"], [tot],
-          lambda r: [_pct(r["pass_rate"]), *(_num(r[k]) for k in ("executed", "passed", "failed", "errors",
-                                                                   "xfailed", "xpassed", "skipped", "ref_errors",
-                                                                   "not_exercised")),
-                     _num(report["vacuous"]), _num(r["occurrences"])],
-          note="pass rate = passed (incl. xpassed) / executed (passed, failed, errors, xfailed)", inline=True)
+    table("Totals", ["pass rate", "executed", *(k.replace("_", " ") for k in _COUNTED), "vacuous", "occurrences"],
+          [tot], lambda r: [_pct(r["pass_rate"]), *(_num(r[k]) for k in ("executed", *_COUNTED)),
+                            _num(report["vacuous"]), _num(r["occurrences"])],
+          note="cases, as `casedb run` counts them; pass rate = (passed + xpassed) / (passed, xpassed, failed, "
+               "errors, crashed, timeouts, xfailed)", inline=True)
     table("Pass rate and coverage per model",
           ["model", "pass rate", "passed/executed", "failed", "errors", "xfailed", "skipped", "ops passing",
            "signatures"],
@@ -290,8 +312,9 @@ def _failure_tables(table: Callable, report: dict) -> None:
           lambda r: [_case(r), r["op"], r["inputs"], r["repro"]])
     table("Failures by cause", ["cases", "op", "cause", "e.g."], report.get("causes") or [],
           lambda r: [_num(r["count"]), r["op"], r["cause"], ", ".join(r["examples"])], empty="none")
-    table("Failures", ["case", "op", "inputs", "outcome", "stage", "error", "repro"], report["failures"],
-          lambda r: [_case(r), r["op"], r["inputs"], r["outcome"], r["stage"] or "", _gist(r["error_message"] or r["reason"]),
+    table("Failures", ["case", "op", "inputs", "output dtype", "outcome", "stage", "error", "repro"], report["failures"],
+          lambda r: [_case(r), r["op"], r["inputs"], r["dtype"] or "", r["outcome"], r["stage"] or "",
+                     _gist(r["error_message"] or r["reason"]) + (f" ({r['pattern']})" if r.get("pattern") else ""),
                      r["repro"]])
     table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
           note="where the cases that did not pass went wrong")
@@ -374,23 +397,35 @@ def to_markdown(report: dict, limit: int = DEFAULT_LIMIT) -> str:
 
 
 def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
-    """The report as rich tables on `console`."""
+    """The report as rich tables on `console` on a terminal; in a pipe, each table as plain
+    tab-separated rows under its title (casedb.read.tables), so a row is one line."""
     from rich.table import Table
     from rich.text import Text
 
+    from casedb.read import tables
     from casedb.run.console import text
 
-    # Text, never markup: names and messages print as written (control characters escaped)
-    console.print(Text(_title(report), style="bold"), highlight=False)
+    plain = tables.resolve(None, console) is not tables.Format.table
+    # Text, never markup: names and messages print as written (control characters escaped);
+    # soft_wrap: a line is never folded at the console's width
+    console.print(Text(_title(report), style="bold"), highlight=False, soft_wrap=True)
     for s in sections(report, limit):
         if not s["rows"]:
-            console.print(Text.assemble((s["title"], "bold"), f": {s['note']}"), highlight=False)
+            console.print(Text.assemble((s["title"], "bold"), f": {s['note']}"), highlight=False, soft_wrap=True)
             continue
         if s["inline"]:  # one row: a line of "name value" pairs reads better than a table
             pairs = " · ".join(f"{h} {v}" for h, v in zip(s["headers"], s["rows"][0]))
-            console.print(Text.assemble((s["title"], "bold"), f": {pairs}"), highlight=False)
+            console.print(Text.assemble((s["title"], "bold"), f": {pairs}"), highlight=False, soft_wrap=True)
             if s["note"]:
-                console.print(Text(f"  {s['note']}", style="dim"), highlight=False)
+                console.print(Text(f"  {s['note']}", style="dim"), highlight=False, soft_wrap=True)
+            continue
+        if plain:
+            console.print(Text(s["title"], style="bold"), highlight=False, soft_wrap=True)
+            columns = [str(i) for i in range(len(s["headers"]))]
+            tables.emit([dict(zip(columns, row)) for row in s["rows"]], columns, console=console,
+                        fmt=tables.Format.plain, headers=dict(zip(columns, s["headers"])))
+            if s["note"]:
+                console.print(Text(f"  {s['note']}", style="dim"), highlight=False, soft_wrap=True)
             continue
         table = Table(title=Text(s["title"]), title_justify="left", caption=Text(s["note"]) if s["note"] else None,
                       caption_justify="left")

@@ -156,10 +156,18 @@ def _argument(x, leaf_index: dict):
     raise CasedbError(f"cannot write {type(x).__name__} {x!r} into a script")
 
 
-def _tensor(leaf, load_blob) -> dict:
-    src = dict(leaf.source)
-    if "blob" in src:
-        src["blob"] = base64.b85encode(zlib.compress(load_blob(src["blob"]), 9)).decode("ascii")
+def _tensor(leaf, load_blob, embed: bool = False) -> dict:
+    """A tensor as the script rebuilds it: its generator call, or (``embed``: values no generator
+    makes, such as an extremal variant's NaN and inf) its values as a compressed blob."""
+    src, raw = dict(leaf.source), None
+    if embed and "data" not in src:
+        from casedb.cases import blobs
+
+        src, raw = {"shape": src["shape"], "dtype": src["dtype"]}, blobs.encode(leaf.base)
+    elif "blob" in src:
+        raw = load_blob(src["blob"])
+    if raw is not None:
+        src["blob"] = base64.b85encode(zlib.compress(raw, 9)).decode("ascii")
     if leaf.preset:
         src.update(preset=leaf.preset, preset_args=leaf.preset_args)
     return src
@@ -185,65 +193,104 @@ def _op(op: str) -> dict:
 
 
 def _choose(store, name: str, model: str | None) -> tuple[dict, list[dict]]:
-    rows = store.find(name)
-    if model is not None:
-        wanted = store.model(model)["name"]
-        rows = [r for r in rows if r["model"] == wanted] or rows
-    sigs = list(dict.fromkeys(r["signature"] for r in rows))
-    if len(sigs) > 1:
-        choices = ", ".join(f"{r['model']}::{r['name']} ({r['signature'][:12]})" for r in rows[:10])
-        raise CasedbError(f"{name!r} names {len(sigs)} different cases; give one of: {choices}")
-    return store.case(sigs[0]), rows
+    from casedb.store.lookup import one_case
+
+    rows = one_case(store, name, model)
+    return store.case(rows[0]["signature"]), rows
+
+
+def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
+    """Device, backend, imports, judge, reference dtype, values and tolerances: as given, else
+    as run ``run`` had them (casedb.read.repro_run), else casedb's defaults."""
+    from casedb.judge import numerics
+    from casedb.read import repro_run
+    from casedb.run.runspec import RunSpec
+    from casedb.run.target import check_import, import_module
+
+    ctx = repro_run.run_context(store.db, run, case["signature"], occ) if run is not None else {}
+    imports = [check_import(m) for m in (given["imports"] or ctx.get("imports") or [])]
+    for mod in imports:
+        import_module(mod)  # so custom ops resolve while the script is written
+    t = {"device": given["device"] or ctx.get("device"), "backend": given["backend"] or ctx.get("backend")
+         or RunSpec().backend, "imports": [repro_run.portable_import(m) for m in imports],
+         "judge": ctx.get("judge") or numerics.DEFAULT_JUDGE, "hi_dtype": ctx.get("reference_dtype"),
+         "values": ctx.get("values") or "random", "run": run, "run_outcome": ctx.get("outcome"),
+         "replace_device": given["replace_device"] and ctx.get("replace_device", True)}
+    # the tolerance a run gives each floating dtype of this occurrence (casedb.judge.numerics, no rules) ...
+    rtol, atol = given["rtol"], given["atol"]
+    plan_occ = {**occ, "defaults": store.models_defaults(occ["model"]),
+                **({"rtol": rtol} if rtol is not None else {}), **({"atol": atol} if atol is not None else {})}
+    policy = numerics.Policy(device=str(t["device"] or "cpu"), backend=str(t["backend"]))
+    tols = {d: policy.tolerance(plan_occ, case, d) for d in ("float16", "bfloat16", "float32", "float64")}
+    t["tolerances"] = {d: [x.rtol, x.atol] for d, x in tols.items()}
+    t["tolerance_note"] = "the policy's (no tolerance rules)"
+    if rtol is not None or atol is not None:  # the caller's: never overruled, judged by tolerance
+        t["judge"], t["tolerance_note"] = "tolerance", "given (--rtol/--atol)"
+    elif ctx.get("tolerances"):  # ... or the ones the run judged with, rules included
+        t["tolerances"].update(ctx["tolerances"])
+        t["tolerance_note"] = ctx["tolerance_note"]
+    elif run is not None:
+        t["tolerance_note"] = ctx["tolerance_note"]
+    elif tols.get(case["dtype"], tols["float32"]).explicit:
+        t["judge"] = "tolerance"  # a tolerance written on the case is never overruled
+    return t
 
 
 def script(store, name: str, *, device: str | None = None, backend: str | None = None,
            imports: list[str] = (), rtol: float | None = None, atol: float | None = None,
-           replace_device: bool = True, model: str | None = None) -> str:
+           replace_device: bool = True, model: str | None = None, run: int | None = None) -> str:
     """The repro script for the case `name` (signature prefix, case name or model::name);
-    ``model`` picks whose tolerances it uses when several models share the case."""
-    from casedb.cases import blobs, generators, materialize, ops, presets
-    from casedb.judge import compare, numerics, ulp
-    from casedb.run import execute
-    from casedb.run.runspec import RunSpec
-    from casedb.run.target import check_import, import_module
+    ``model`` picks whose tolerances it uses when several models share the case; ``run``: take
+    the target, imports, judge, values and tolerances from that recorded run (what was given
+    explicitly wins)."""
+    from casedb.cases import materialize, ops, value_ranges
 
-    imports = [check_import(m) for m in imports]
-    for mod in imports:
-        import_module(mod)  # so custom ops resolve while the script is written
     case, rows = _choose(store, name, model)
     occ = rows[0]
-    # the tolerance a run gives each floating dtype of this occurrence (casedb.judge.numerics, no rules)
-    defaults = store.models_defaults(occ["model"])
-    plan_occ = {**occ, "defaults": defaults,
-                **({"rtol": rtol} if rtol is not None else {}), **({"atol": atol} if atol is not None else {})}
-    policy = numerics.Policy(device=str(device or "cpu"), backend=str(backend or RunSpec().backend))
-    tolerances = {d: policy.tolerance(plan_occ, case, d) for d in ("float16", "bfloat16", "float32", "float64")}
-    main = tolerances.get(case["dtype"]) or tolerances["float32"]
-    op = _op(case["op"])
-    prepared = materialize.prepare(case, load_blob=store.load_blob)
+    t = _target(store, case, occ, run, {"device": device, "backend": backend, "imports": list(imports or []),
+                                         "rtol": rtol, "atol": atol, "replace_device": replace_device})
+    ran = value_ranges.variant(case, t["values"])
+    if ran is None:
+        raise CasedbError(f"run {run} ran {t['values']} values, and case {case['signature'][:16]} has none "
+                          "(casedb.cases.value_ranges): nothing to reproduce")
+    prepared = materialize.prepare(ran, load_blob=store.load_blob)
     info = ops.op_info(case["op"])
     leaf_index = {id(leaf): i for i, leaf in enumerate(prepared.leaves)}
-    used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
+    main = t["tolerances"].get(case["dtype"]) or t["tolerances"]["float32"]
     data = {
-        "op": op, "signature": case["signature"], "shapes": case["shapes"], "dtype": case["dtype"],
-        "device": device, "backend": backend or RunSpec().backend,
-        "rtol": main.rtol, "atol": main.atol,
-        "tolerances": {d: [t.rtol, t.atol] for d, t in tolerances.items()},
-        "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": replace_device,
+        "op": _op(case["op"]), "signature": case["signature"], "shapes": case["shapes"], "dtype": case["dtype"],
+        "device": t["device"], "backend": t["backend"], "rtol": main[0], "atol": main[1],
+        "tolerances": t["tolerances"], "tolerance_note": t["tolerance_note"], "judge": t["judge"],
+        "hi_dtype": t["hi_dtype"], "values": t["values"], "run": t["run"], "run_outcome": t["run_outcome"],
+        "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": t["replace_device"],
         "writes": info.mutated(prepared.args, prepared.kwargs),
         "metadata_only": info.metadata_only(prepared.args, prepared.kwargs),
-        "tensors": [_tensor(leaf, store.load_blob) for leaf in prepared.leaves],
+        "tensors": [_tensor(leaf, store.load_blob, embed=ran is not case) for leaf in prepared.leaves],
         "args": [_argument(a, leaf_index) for a in prepared.args],
         "kwargs": {k: _argument(v, leaf_index) for k, v in prepared.kwargs.items()},
-        "imports": imports, "expects_error": occ.get("expects_error"),
+        "imports": t["imports"], "expects_error": occ.get("expects_error"),
         "used_by": [{"model": r["model"], "name": r["name"], "rtol": r["rtol"], "atol": r["atol"],
                      "source": r.get("source")} for r in store.find(case["signature"])[:50]],
-        "generators": {init: fn.__name__ for init, fn in generators.GENERATORS.items()},
-        "presets": {p: presets.PRESETS[p].fn.__name__ for p in used_presets},
     }
-    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(compare, together=(ulp.__name__,)) + "# ---- functions of casedb.cases.generators, ops, "
-               "execute, presets\n" + _copy_with_dependencies([*generators.GENERATORS.values(), ops._setitem, execute._to_cpu,
-                                                               *(presets.PRESETS[p].fn for p in used_presets)]))
+    return _fill(data, prepared)
+
+
+def _fill(data: dict, prepared) -> str:
+    """The template with casedb's own code and the case's data."""
+    from casedb.cases import blobs, generators, ops, presets
+    from casedb.judge import bias, compare, numerics, pattern, ulp
+    from casedb.run import execute
+
+    used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
+    data.update(generators={init: fn.__name__ for init, fn in generators.GENERATORS.items()},
+                presets={p: presets.PRESETS[p].fn.__name__ for p in used_presets},
+                accumulates=numerics.accumulates(data["op"]["name"]),
+                ulp=[numerics.ULP_K, numerics.ULP_FLOOR], hi_bytes=numerics.HI_REFERENCE_BYTES)
+    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(compare, together=(ulp.__name__,))
+               + _inline_module(bias, together=(ulp.__name__,)) + _inline_module(pattern)
+               + "# ---- functions of casedb.cases.generators, ops, execute, presets, judge.numerics\n"
+               + _copy_with_dependencies([*generators.GENERATORS.values(), ops._setitem, execute._to_cpu,
+                                          numerics.high_precision, *(presets.PRESETS[p].fn for p in used_presets)]))
     _check_names(helpers)
     text = TEMPLATE.read_text(encoding="utf-8")
     text = text.replace("@HELPERS@", helpers)

@@ -237,7 +237,9 @@ def _triaged(triage, entry, outcome: str, reason: str, stage: str | None,
                            target=on)
     out, why = t["outcome"] or outcome, reason
     if out != outcome and t["reason"]:
-        why = f"{t['reason']}: {reason}"
+        # an entry `triage update` wrote holds the failure's own reason (cut short): say it once
+        said = t["reason"].removesuffix("...").removesuffix("…")
+        why = reason if reason.startswith(said) else f"{t['reason']}: {reason}"
     if t["hint"] and t["triage"] != "new":  # (a new failure's hint is the summary's, once per run)
         why = f"{why} [{t['hint']}]"
     return out, why, t

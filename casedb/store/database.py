@@ -302,13 +302,13 @@ class Store:
         return names | {model_mark(r["name"]) for r in self.db.query("SELECT name FROM models")}
 
     def find(self, name_or_signature: str) -> list[dict]:
-        """Occurrences whose case name or signature (prefix, ≥ 6 hex digits) matches; retired
+        """Occurrences whose case name or signature (prefix, ≥ 4 hex digits) matches; retired
         occurrences (``import --replace``) only when nothing current does, so a command from an
         old report still finds its case."""
         text = name_or_signature.strip()
         rows = []
         for retired in (False, True):
-            if len(text) >= 6 and all(ch in "0123456789abcdef" for ch in text.lower()):
+            if len(text) >= 4 and all(ch in "0123456789abcdef" for ch in text.lower()):
                 rows = self._occ_where("o.signature LIKE ?", [text.lower() + "%"], retired=retired)
             if not rows:
                 rows = self._occ_where("o.name = ?", [text], retired=retired)

@@ -240,23 +240,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out: dict[str, Any] = {"run_id": run_id, "status": run["status"], "device": run["device"],
                            "backend": run["backend"], "started_at": run["started_at"],
                            "finished_at": run["finished_at"]}
-    counts = dict.fromkeys(outcomes.COUNT_KEYS.values(), 0)
-    executed = 0
-    for outcome, n in conn.execute("SELECT outcome, count(*) FROM results WHERE run_id = ? GROUP BY outcome", [run_id]):
-        executed += n
-        if outcome in outcomes.COUNT_KEYS:
-            counts[outcomes.COUNT_KEYS[outcome]] += n
-    dedupe = (sel.get("options") or {}).get("dedupe", True)
-    skipped_q = ("SELECT count(DISTINCT signature) FROM judgements WHERE run_id = ? AND result_id IS NULL" if dedupe
-                 else "SELECT count(*) FROM judgements WHERE run_id = ? AND result_id IS NULL")
-    counts["skipped"] = conn.execute(skipped_q, [run_id]).fetchone()[0]
-    occurrences = conn.execute("SELECT count(*) FROM judgements WHERE run_id = ?", [run_id]).fetchone()[0]
-    cases = executed + counts["skipped"]
-    out.update(executed=executed, **counts)
-    out["occurrences"] = occurrences
-    out["cases"] = cases
-    out["duplicates_skipped"] = occurrences - cases if dedupe else 0
-    out["unexpected"] = sum(counts[outcomes.COUNT_KEYS[o]] for o in outcomes.UNEXPECTED)
+    out.update(run_counts(conn, run_id))
     out["judge"] = (sel.get("options") or {}).get("judge")
     out["values"] = (sel.get("options") or {}).get("values") or "random"
     # the bias judge (casedb.judge.bias): results it measured, and those it failed (Bias.reason's words)
@@ -278,7 +262,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out["planned"] = sel.get("planned")
     out["options"] = sel.get("options")
     out["triage_files"] = list((sel.get("options") or {}).get("triage") or [])
-    out["time"] = _times(conn, run_id, executed)
+    out["time"] = _times(conn, run_id, out["executed"])
     models: dict[str, dict] = {}
     for model, outcome, n in conn.execute(
             "SELECT model, outcome, count(*) FROM judgements WHERE run_id = ? GROUP BY model, outcome ORDER BY model",
@@ -292,6 +276,33 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
         out["duration_s"] = _r((_dt.datetime.fromisoformat(run["finished_at"])
                                 - _dt.datetime.fromisoformat(run["started_at"])).total_seconds())
     return out
+
+
+def run_counts(conn, run_id: int) -> dict:
+    """A run's counts, the one way `casedb run` and `casedb report` count: cases executed (results:
+    a case shared by several models counts once), each outcome under its summary name
+    (outcomes.COUNT_KEYS: passed does not include xpassed), skipped cases, occurrences judged,
+    duplicates skipped, unexpected outcomes, and the pass rate: (passed + xpassed) / the cases
+    whose outcome counts as executed (outcomes.Outcome.executed)."""
+    sel = get_run(conn, run_id)["selection"]
+    counts = dict.fromkeys(outcomes.COUNT_KEYS.values(), 0)
+    executed = 0
+    for outcome, n in conn.execute("SELECT outcome, count(*) FROM results WHERE run_id = ? GROUP BY outcome", [run_id]):
+        executed += n
+        if outcome in outcomes.COUNT_KEYS:
+            counts[outcomes.COUNT_KEYS[outcome]] += n
+    dedupe = (sel.get("options") or {}).get("dedupe", True)
+    skipped_q = ("SELECT count(DISTINCT signature) FROM judgements WHERE run_id = ? AND result_id IS NULL" if dedupe
+                 else "SELECT count(*) FROM judgements WHERE run_id = ? AND result_id IS NULL")
+    counts["skipped"] = conn.execute(skipped_q, [run_id]).fetchone()[0]
+    occurrences = conn.execute("SELECT count(*) FROM judgements WHERE run_id = ?", [run_id]).fetchone()[0]
+    cases = executed + counts["skipped"]
+    judged = sum(counts[o.key] for o in outcomes.OUTCOMES if o.executed)
+    passing = sum(counts[o.key] for o in outcomes.OUTCOMES if o.passed)
+    return {"executed": executed, **counts, "occurrences": occurrences, "cases": cases,
+            "duplicates_skipped": occurrences - cases if dedupe else 0,
+            "unexpected": sum(counts[outcomes.COUNT_KEYS[o]] for o in outcomes.UNEXPECTED),
+            "pass_rate": round(100.0 * passing / judged, 2) if judged else None}
 
 
 def _times(conn: sqlite3.Connection, run_id: int, executed: int) -> dict:
@@ -326,6 +337,15 @@ def pid_alive(pid: int | None) -> bool:
 # ------------------------------------------------------------------------------- managing runs
 
 MUTANT_LABEL = "mutant:"  # labels of the runs `casedb mutants` makes start with it
+# SQL true for a runs row that `casedb mutants` did not make: the one spelling of "not a mutant
+# run" (runs --no-mutants, report's default run, the dashboard's latest run)
+NOT_MUTANT_RUN = f"(label IS NULL OR label NOT GLOB '{MUTANT_LABEL}*')"
+
+
+def mutant_run(label: str | None) -> bool:
+    """Whether a run labelled ``label`` is a `casedb mutants` run (NOT_MUTANT_RUN's negation, for
+    SQL that cannot be built here: the dashboard's, through the SQL function casedb_mutant_run)."""
+    return label is not None and label.startswith(MUTANT_LABEL)
 
 
 def list_runs(conn: sqlite3.Connection, *, backend: str | None = None, device: str | None = None,
@@ -341,8 +361,7 @@ def list_runs(conn: sqlite3.Connection, *, backend: str | None = None, device: s
         where.append("label GLOB ?")
         params.append(label)
     if not mutants:
-        where.append("(label IS NULL OR label NOT GLOB ?)")
-        params.append(MUTANT_LABEL + "*")
+        where.append(NOT_MUTANT_RUN)
     sql = ("SELECT id, label, status, device, backend, started_at, finished_at, torch_version, summary FROM runs"
            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC")
     if limit is not None:
@@ -359,11 +378,18 @@ def list_runs(conn: sqlite3.Connection, *, backend: str | None = None, device: s
     return rows
 
 
+def check_label(label: str) -> str:
+    """``label`` if it can label a run (1 to 200 printable characters), else InputError."""
+    if not label.strip() or len(label) > 200 or any(ord(c) < 32 for c in label):
+        raise InputError(f"a run label is 1 to 200 printable characters, not {label!r}")
+    return label
+
+
 def set_label(conn: sqlite3.Connection, run_id: int, label: str | None) -> dict:
     """Give run ``run_id`` a label (None clears it); returns the run."""
     get_run(conn, run_id)
-    if label is not None and (not label.strip() or len(label) > 200 or any(ord(c) < 32 for c in label)):
-        raise InputError(f"a run label is 1 to 200 printable characters, not {label!r}")
+    if label is not None:
+        check_label(label)
     conn.execute("UPDATE runs SET label = ? WHERE id = ?", [label, run_id])
     return get_run(conn, run_id)
 

@@ -261,3 +261,11 @@ def m132_run_labels(db):
     # runs are labelled by `casedb mutants` so that report and the charts can leave them out.
     db["runs"].add_column("label", str)
     db.execute("CREATE INDEX IF NOT EXISTS idx_runs_label ON runs (label)")
+
+
+@migrations()
+@_recreates_views
+def m141_repro_run(db):
+    # The repro command the views show names its run (`casedb repro ... --run N`), so the script
+    # takes that run's imports, judge and tolerances.
+    _create_views(db)

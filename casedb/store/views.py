@@ -38,12 +38,14 @@ def shell_quote_sql(expr: str) -> str:
             f"THEN '''' || replace({expr}, '''', '''\"''\"''') || '''' ELSE {expr} END)")
 
 
-def repro_sql(signature: str, model: str, device: str, backend: str) -> str:
-    """The `casedb repro` command of a judged occurrence, on its run's device and backend: the
-    case by signature prefix (names can hold anything), every other word shell-quoted."""
+def repro_sql(signature: str, model: str, device: str, backend: str, run_id: str) -> str:
+    """The `casedb repro` command of a judged occurrence, on its run's device and backend and as
+    that run judged it (``--run``: its imports, judge and tolerances): the case by signature
+    prefix (names can hold anything), every other word shell-quoted."""
     return (f"'casedb repro ' || substr({signature}, 1, 16) || ' --model ' || {shell_quote_sql(model)}"
             f" || ifnull(' --device ' || {shell_quote_sql(device)}, '')"
-            f" || ifnull(' --backend ' || {shell_quote_sql(backend)}, '')")
+            f" || ifnull(' --backend ' || {shell_quote_sql(backend)}, '')"
+            f" || ifnull(' --run ' || {run_id}, '')")
 
 
 def _of(table: str, col: str, key: str, value: str) -> str:
@@ -94,7 +96,7 @@ REPORT_VIEWS = {
                    'max_abs_err', 'max_rel_err', 'mismatch_count', 't_ref', 't_compile', 't_exec', 'error_type',
                    'error_message'))},
                {repro_sql('j.signature', 'j.model', _of('runs', 'device', 'id', 'j.run_id'),
-                          _of('runs', 'backend', 'id', 'j.run_id'))} AS repro
+                          _of('runs', 'backend', 'id', 'j.run_id'), 'j.run_id')} AS repro
         FROM judgements j""",
     # judgement_counts with each outcome's class (unknown outcomes count as occurrences only).
     "verdict_counts": """
@@ -149,7 +151,7 @@ REPORT_VIEWS = {
                br.max_abs_err AS base_max_abs_err, cr.max_abs_err,
                CASE WHEN br.max_abs_err > 0 THEN cr.max_abs_err / br.max_abs_err END AS err_growth,
                cr.error_type, cr.error_message, cj.rtol, cj.atol, cj.id AS judgement_id,
-               {repro_sql('cj.signature', 'cj.model', 'ru.device', 'ru.backend')} AS repro
+               {repro_sql('cj.signature', 'cj.model', 'ru.device', 'ru.backend', 'cj.run_id')} AS repro
         FROM judgements cj
         JOIN judgements bj ON bj.model_case_id = cj.model_case_id
         JOIN runs ru ON ru.id = cj.run_id
@@ -167,7 +169,7 @@ REPORT_VIEWS = {
                bj.outcome AS previous_outcome, cj.outcome, cr.error_type, cr.error_message,
                br.max_abs_err AS previous_max_abs_err, cr.max_abs_err, cj.rtol, cj.atol,
                cj.model_case_id, cj.signature, cj.id AS judgement_id,
-               {repro_sql('cj.signature', 'cj.model', 'rp.device', 'rp.backend')} AS repro
+               {repro_sql('cj.signature', 'cj.model', 'rp.device', 'rp.backend', 'cj.run_id')} AS repro
         FROM run_pairs rp
         JOIN judgements cj ON cj.run_id = rp.run_id
         JOIN judgements bj ON bj.run_id = rp.previous_run_id AND bj.model_case_id = cj.model_case_id
