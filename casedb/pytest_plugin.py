@@ -238,7 +238,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     mark filter removed (no -m given), and how to include them."""
     controller = config.pluginmanager.get_plugin("casedb-controller")
     cases = config.stash.get(_CASES, None)
-    if controller is None or controller.summary is None or cases is None or cases.spec.markexpr is not None:
+    if controller is None or not controller.summaries or cases is None or cases.spec.markexpr is not None:
         return  # no run recorded here, or -m given: pytest's own count says it all
     default = marks_mod.MarkExpression(marks_mod.DEFAULT_EXCLUDE)
     removed = sum(not default.matches(it.marks) for it in cases.plan())

@@ -51,7 +51,7 @@ def test_repro_of_cases_with_hostile_names_runs_nothing_and_still_reproduces(cli
     compile(out.read_text(), str(out), "exec")  # valid Python whatever the names hold
     done = run_plain_python(out)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("OK: torch.add on cpu (eager) matches the CPU reference")
+    assert done.stdout.splitlines()[-1].startswith("OK: torch.add on cpu (eager) matches the CPU reference")
     shown = run_plain_python(out, "--show")
     assert shown.returncode == 0, shown.stderr
     used_by = json.loads(shown.stdout)["used_by"]
@@ -84,7 +84,8 @@ def test_displayed_repro_commands_are_one_shell_word_each(cli, db_path, tmp_path
               "-j", "0", "--no-progress")
     assert res.exit_code == 1, res.output
     sig = rows(db_path, "SELECT signature FROM cases")[0]["signature"]
-    want = ["casedb", "repro", sig[:16], "--model", model, "--device", "cpu", "--backend", "casedb_test_perturb"]
+    want = ["casedb", "repro", sig[:16], "--model", model, "--device", "cpu", "--backend", "casedb_test_perturb",
+            "--run", "1"]
     from_view = rows(db_path, "SELECT repro FROM verdicts")[0]["repro"]
     md = cli("report", "--markdown").stdout
     from_md = [c for c in md.split("`") if c.startswith("casedb repro ")]
