@@ -5,6 +5,7 @@ only that); a bad file is a miss; eviction counts them; a run judges the same wi
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -189,6 +190,24 @@ def test_eviction_counts_the_inputs(tmp_path):
     assert small.load_inputs(refcache.input_key(c)) is None
     tiny = ReferenceCache(tmp_path / "tiny", max_bytes=1000)
     assert tiny.prepare_inputs(c)[1] is False and tiny.inputs_stored == 0 and tiny.entries() == []  # over the cap
+
+
+def test_a_run_over_the_cap_keeps_its_first_entries_instead_of_thrashing(tmp_path):
+    cases = [case("torch.neg", T([100, 100]), seed=i) for i in range(5)]
+    one = ReferenceCache(tmp_path / "one")
+    one.prepare_inputs(cases[0])
+    size = one.info()["bytes"]
+    old = ReferenceCache(tmp_path / "refs")
+    old.prepare_inputs(cases[4])
+    (path, _, _), = old.entries()
+    os.utime(path, (1000, 1000))  # an entry of an earlier run
+    run = ReferenceCache(tmp_path / "refs", max_bytes=int(2.5 * size))
+    for c in cases[:4]:
+        run.prepare_inputs(c)
+    assert run.inputs_stored == 2 and not path.exists()  # the earlier run's entry went, then no more room
+    assert [run.load_inputs(refcache.input_key(c)) is not None for c in cases[:4]] == [True, True, False, False]
+    rerun = ReferenceCache(tmp_path / "refs", max_bytes=int(2.5 * size))
+    assert [rerun.prepare_inputs(c)[1] for c in cases[:4]] == [True, True, False, False]  # its first two hit
 
 
 def test_tiny_inputs_are_not_cached(tmp_path, monkeypatch):

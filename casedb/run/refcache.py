@@ -18,7 +18,9 @@ temporary file renamed into place, so a reader never sees half a file.
 
 Bounded: at most ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, env
 ``CASEDB_REFERENCE_CACHE_BYTES``, e.g. ``500M``), the least recently used entries (a hit touches
-its file) evicted first, references and inputs alike. Results that are not values (random or uninitialized outputs, compared
+its file) evicted first, references and inputs alike — but never an entry this cache object
+stored or used (a run): a run whose entries exceed the cap keeps its first ones and stores no
+more, where plain LRU would evict each before the next run reaches it and keep nothing. Results that are not values (random or uninitialized outputs, compared
 on metadata only) are never cached: :mod:`casedb.run.execute` decides what it offers.
 """
 
@@ -30,6 +32,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 from casedb.errors import CasedbError
@@ -199,6 +202,7 @@ class ReferenceCache:
         self.hits = self.misses = self.stored = self.corrupt = 0
         self.inputs_hits = self.inputs_misses = self.inputs_stored = 0
         self._size: int | None = None  # bytes in the folder, scanned on the first store
+        self._since = time.time()  # entries used or stored since (this run's) are not evicted by a store
 
     def _path(self, name: str, suffix: str = SUFFIX) -> Path:
         return self.folder / name[:2] / (name + suffix)
@@ -317,7 +321,11 @@ class ReferenceCache:
         else:
             self._size += size
         if self._size > self.max_bytes:
-            self.evict()
+            self.evict(keep_since=self._since)
+            if self._size > self.max_bytes:  # only this run's entries are left: keep them, not this one
+                self._remove(path)
+                self._size -= size
+                return False
         return True
 
     def entries(self, suffix: str | None = None) -> list[tuple[Path, int, float]]:
@@ -335,15 +343,17 @@ class ReferenceCache:
             found.append((p, st.st_size, st.st_mtime))
         return found
 
-    def evict(self, max_bytes: int | None = None) -> int:
+    def evict(self, max_bytes: int | None = None, keep_since: float | None = None) -> int:
         """Delete the least recently used entries until the folder holds at most ``max_bytes``
-        (default: the cap); returns how many were deleted."""
+        (default: the cap), sparing those used at ``keep_since`` or later; returns how many went."""
         cap = self.max_bytes if max_bytes is None else max_bytes
         found = sorted(self.entries(), key=lambda e: e[2])
         total, gone = sum(size for _, size, _ in found), 0
-        for path, size, _ in found:
+        for path, size, used in found:
             if total <= cap:
                 break
+            if keep_since is not None and used >= keep_since:
+                continue
             self._remove(path)
             total -= size
             gone += 1
