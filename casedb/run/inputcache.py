@@ -27,8 +27,6 @@ import hashlib
 import json
 import os
 
-import torch
-
 MIN_NUMEL = 1 << 20
 SUFFIX = ".in"
 # inits that draw nothing from the case's generator: rebuilt, never cached
@@ -49,17 +47,21 @@ def qualifies(prepared) -> bool:
     return sum(leaf.base.numel() for leaf in prepared.leaves if _drawn(leaf)) >= MIN_NUMEL
 
 
-def _plain(t: torch.Tensor) -> bool:
+def _plain(t) -> bool:
+    import torch
+
     return (type(t) is torch.Tensor and t.device.type == "cpu" and t.layout == torch.strided and not t.is_quantized
             and not t.is_conj() and not t.is_neg() and not t.requires_grad)
 
 
-def _layout(t: torch.Tensor) -> list:
+def _layout(t) -> list:
     return [str(t.dtype), list(t.shape), list(t.stride()), t.storage_offset()]
 
 
 def _digest(meta: str, tensors: list) -> str:
     """SHA-256 of ``meta`` and of each distinct storage's bytes, in order of first use."""
+    import torch
+
     h = hashlib.sha256(meta.encode())
     seen = set()
     for t in tensors:
@@ -71,8 +73,11 @@ def _digest(meta: str, tensors: list) -> str:
     return h.hexdigest()
 
 
-def write(path: str | os.PathLike, prepared) -> bool:
-    """Save the drawn bases of ``prepared`` to ``path``; False when one is not a plain CPU tensor."""
+def write(path, prepared) -> bool:
+    """Save the drawn bases of ``prepared`` to ``path`` (a file name or a binary file); False when
+    one is not a plain CPU tensor."""
+    import torch
+
     tensors, leaves = [], []
     for leaf in prepared.leaves:
         if not _drawn(leaf):
@@ -89,6 +94,8 @@ def write(path: str | os.PathLike, prepared) -> bool:
 
 def read(path: str | os.PathLike) -> list:
     """The bases saved in ``path``, one per leaf: ``(tensor, source)`` or None (build it again)."""
+    import torch
+
     try:
         saved = torch.load(path, mmap=True, weights_only=True)
         meta, tensors = saved["meta"], saved["tensors"]

@@ -20,8 +20,8 @@ Bounded: at most ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, env
 ``CASEDB_REFERENCE_CACHE_BYTES``, e.g. ``500M``), the least recently used entries (a hit touches
 its file) evicted first, references and inputs alike — but never an entry this cache object
 stored or used (a run): a run whose entries exceed the cap keeps its first ones and stores no
-more, where plain LRU would evict each before the next run reaches it and keep nothing. Results that are not values (random or uninitialized outputs, compared
-on metadata only) are never cached: :mod:`casedb.run.execute` decides what it offers.
+more, where plain LRU would evict each before the next run reaches it and keep nothing. Results
+that are not values (random or uninitialized outputs, compared on metadata only) are never cached: :mod:`casedb.run.execute` decides what it offers.
 """
 
 from __future__ import annotations
