@@ -155,7 +155,12 @@ def test_what_decides_the_bits_is_in_the_key_and_nothing_else(tmp_path, monkeypa
     assert_same_inputs(prepare(c), cache.prepare_inputs(c)[0])
 
 
-@pytest.mark.parametrize("damage", ["a flipped byte", "cut short", "another file"])
+class Shell:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+@pytest.mark.parametrize("damage", ["a flipped byte", "cut short", "another file", "a pickle that runs code"])
 def test_a_corrupt_inputs_file_is_a_miss_and_is_deleted(tmp_path, damage):
     c = CASES["strided preset (a view into a larger storage)"]
     cache = ReferenceCache(tmp_path / "refs")
@@ -167,8 +172,11 @@ def test_a_corrupt_inputs_file_is_a_miss_and_is_deleted(tmp_path, damage):
         data[at + 3] ^= 0x10
     elif damage == "cut short":
         data = data[: len(data) // 2]
-    else:
+    elif damage == "another file":
         data = bytearray(refcache.dumps({"reference": {"output": torch.zeros(3)}, "mutated": []}))
+    else:  # torch.save of an object whose unpickling would call os.system: weights_only refuses it
+        torch.save({"meta": "[]", "digest": inputcache._digest("[]", []), "tensors": [], "x": Shell()}, path)
+        data = bytearray(path.read_bytes())
     path.write_bytes(bytes(data))
     assert cache.load_inputs(refcache.input_key(c)) is None and not path.exists() and cache.corrupt == 1
     ex = run_case(c, reference_cache=cache)

@@ -94,28 +94,31 @@ def write(path, prepared) -> bool:
 
 def read(path: str | os.PathLike) -> list:
     """The bases saved in ``path``, one per leaf: ``(tensor, source)`` or None (build it again)."""
-    import torch
-
     try:
-        saved = torch.load(path, mmap=True, weights_only=True)
-        meta, tensors = saved["meta"], saved["tensors"]
-        leaves = json.loads(meta)
-        if (not isinstance(leaves, list) or not isinstance(tensors, list)
-                or len(tensors) != sum(x is not None for x in leaves)):
-            raise Corrupt("not a cached inputs file")
-        if saved["digest"] != _digest(meta, tensors):
-            raise Corrupt("checksum mismatch")
+        return _read(path)
     except Corrupt:
         raise
     except Exception as e:  # a file that is not this format, cut short, or not a torch archive
         raise Corrupt(f"unreadable: {type(e).__name__}: {e}") from None
+
+
+def _read(path) -> list:
+    import torch
+
+    saved = torch.load(path, mmap=True, weights_only=True)
+    meta, tensors = saved["meta"], saved["tensors"]
+    leaves = json.loads(meta)
+    if len(tensors) != sum(x is not None for x in leaves):
+        raise Corrupt("not a cached inputs file")
+    if saved["digest"] != _digest(meta, tensors):
+        raise Corrupt("checksum mismatch")
     found, it = [], iter(tensors)
     for x in leaves:
         if x is None:
             found.append(None)
             continue
         t = next(it)
-        if _layout(t) != x["layout"]:
+        if _layout(t) != x["layout"] or not isinstance(x["source"], dict):
             raise Corrupt("a tensor's layout does not match its record")
         found.append((t, x["source"]))
     return found
