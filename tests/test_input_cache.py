@@ -11,11 +11,12 @@ import sqlite3
 import pytest
 import torch
 
-from casedb.cases.materialize import Prepared, TensorLeaf, prepare
+from casedb.cases.materialize import Prepared, TensorLeaf, prepare, result_leaves
 from casedb.judge.compare import compare
 from casedb.run import inputcache, refcache
 from casedb.run.execute import run_case
 from casedb.run.refcache import ReferenceCache
+from tests.test_refcache import change_environment
 
 SIG = "ef" * 32
 
@@ -53,15 +54,8 @@ def layout(t: torch.Tensor) -> tuple:
     return t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.untyped_storage().nbytes()
 
 
-def tensors(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            yield from tensors(y)
-    elif isinstance(x, dict):
-        for y in x.values():
-            yield from tensors(y)
+def tensors(x) -> list:
+    return [t for t in result_leaves(x) if isinstance(t, torch.Tensor)]
 
 
 def sharing(ts: list) -> list:
@@ -76,7 +70,7 @@ def assert_same_inputs(a: Prepared, b: Prepared) -> None:
     for x, y in zip(a.leaves, b.leaves):
         assert layout(x.base) == layout(y.base) and compare(x.base, y.base, mode="bits").passed
         assert x.source == y.source and x.preset == y.preset and x.preset_args == y.preset_args
-    pa, pb = list(tensors(a.place("cpu"))), list(tensors(b.place("cpu")))
+    pa, pb = tensors(a.place("cpu")), tensors(b.place("cpu"))
     assert [layout(t) for t in pa] == [layout(t) for t in pb]
     assert all(compare(x, y, mode="bits").passed for x, y in zip(pa, pb))
     assert sharing([leaf.base for leaf in a.leaves]) == sharing([leaf.base for leaf in b.leaves])
@@ -137,17 +131,9 @@ def test_what_decides_the_bits_is_in_the_key_and_nothing_else(tmp_path, monkeypa
     cache = ReferenceCache(tmp_path / "refs")
     run_case(c, reference_cache=cache, reference_dtype="float64")
     assert cache.inputs_stored == 1
-    dtype = "float64"
-    if change == "case seed":
-        c = dict(c, seed=4)
-    elif change == "torch version":
-        monkeypatch.setattr(torch, "__version__", torch.__version__ + "+other")
-    elif change == "cpu capability":
-        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "SOME_OTHER_ISA")
-    elif change == "threads":
-        monkeypatch.setattr(torch, "get_num_threads", lambda: 977)
-    else:
-        dtype = "float32"
+    dtype = "float32" if change == "reference dtype" else "float64"
+    c = dict(c, seed=4) if change == "case seed" else c
+    change_environment(monkeypatch, change)
     ex = run_case(c, reference_cache=cache, reference_dtype=dtype)
     misses = change in ("case seed", "torch version", "cpu capability")
     assert ("input_cache" in ex.notes) is not misses
