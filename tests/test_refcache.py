@@ -79,22 +79,24 @@ def test_what_decides_the_bits_is_in_the_key(tmp_path, monkeypatch, change):
     cache = ReferenceCache(tmp_path / "refs")
     run_case(c, reference_cache=cache, reference_dtype="float64")
     assert run_case(c, reference_cache=cache, reference_dtype="float64").notes.get("reference_cache") == "hit"
-    dtype = "float64"
+    dtype = "float32" if change == "reference dtype" else "float64"
+    c = dict(c, seed=4) if change == "case seed" else c
+    change_environment(monkeypatch, change)
+    hits = cache.hits
+    ex = run_case(c, reference_cache=cache, reference_dtype=dtype)
+    assert ("reference_cache" in ex.notes) == (change == "reference dtype")
+    assert cache.hits == hits + (1 if change == "reference dtype" else 0)  # the reference is, the upcast one misses
+    assert cache.stored == 2 + (1 if change == "reference dtype" else 2)
+
+
+def change_environment(monkeypatch, change: str) -> None:
+    """Another torch version, CPU capability or thread count, as ``change`` says (else nothing)."""
     if change == "torch version":
         monkeypatch.setattr(torch, "__version__", torch.__version__ + "+other")
     elif change == "cpu capability":
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "SOME_OTHER_ISA")
     elif change == "threads":
         monkeypatch.setattr(torch, "get_num_threads", lambda: 977)
-    elif change == "case seed":
-        c = dict(c, seed=4)
-    else:
-        dtype = "float32"
-    hits = cache.hits
-    ex = run_case(c, reference_cache=cache, reference_dtype=dtype)
-    assert ("reference_cache" in ex.notes) == (change == "reference dtype")
-    assert cache.hits == hits + (1 if change == "reference dtype" else 0)  # the reference is, the upcast one misses
-    assert cache.stored == 2 + (1 if change == "reference dtype" else 2)
 
 
 def test_random_outputs_are_never_cached(tmp_path):

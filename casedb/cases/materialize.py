@@ -181,11 +181,18 @@ def case_seed(case: dict) -> int:
     return data_seed(sig or "", case.get("seed"))
 
 
-def prepare(case: dict, *, load_blob: Callable[[str], bytes] | None = None) -> Prepared:
-    """Generate a case's inputs on the CPU (see the module docstring for order and rules)."""
+def prepare(case: dict, *, load_blob: Callable[[str], bytes] | None = None, bases: list | None = None) -> Prepared:
+    """Generate a case's inputs on the CPU (see the module docstring for order and rules).
+
+    ``bases``: one item per tensor leaf, ``(tensor, source)`` standing for the generated one (the
+    input cache, casedb.run.inputcache) or None to generate it; MaterializeError if they do not fit."""
     gen = torch.Generator()
     gen.manual_seed(case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF)
-    return _prepare(case, _Builder(gen, case.get("dtype") or "float32", load_blob))
+    b = _Builder(gen, case.get("dtype") or "float32", load_blob, bases)
+    prepared = _prepare(case, b)
+    if bases is not None and len(bases) != len(b.leaves):
+        raise MaterializeError(f"{len(bases)} cached tensors for {len(b.leaves)} inputs")
+    return prepared
 
 
 def output_numel(case: dict, fn: Callable) -> int | None:
@@ -291,10 +298,11 @@ def torch_dtype(name: "str | torch.dtype") -> torch.dtype:
 # ------------------------------------------------------------------------------------ building
 
 class _Builder:
-    def __init__(self, gen: torch.Generator, case_dtype: str, load_blob):
+    def __init__(self, gen: torch.Generator, case_dtype: str, load_blob, bases: list | None = None):
         self.gen = gen
         self.case_dtype = case_dtype
         self.load_blob = load_blob
+        self.bases = bases
         self.leaves: list[TensorLeaf] = []
 
     def input(self, spec: Any, label: str, key: str | None = None):
@@ -325,20 +333,34 @@ class _Builder:
             raise MaterializeError(f"{label}: a tensor spec is a mapping with shape and dtype, got {spec!r}")
         dtype = torch_dtype(spec.get("dtype") or self.case_dtype)
         source = {"shape": list(spec.get("shape") or ()), "dtype": str(dtype).replace("torch.", "")}
-        try:
-            base = self.generate(spec, dtype, label, source)
-        except MaterializeError:
-            raise
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise MaterializeError(f"{label}: cannot generate {spec!r}: {e}") from None
-        if spec.get(value_ranges.SPECIALS):  # an extremal variant's NaN, inf, ±0, subnormals
-            base = value_ranges.sprinkle(base)
+        base = self.cached(dtype, source)
+        if base is None:
+            try:
+                base = self.generate(spec, dtype, label, source)
+            except MaterializeError:
+                raise
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise MaterializeError(f"{label}: cannot generate {spec!r}: {e}") from None
+            if spec.get(value_ranges.SPECIALS):  # an extremal variant's NaN, inf, ±0, subnormals
+                base = value_ranges.sprinkle(base)
         preset = spec.get("preset")
         if preset is not None and preset not in presets_mod.PRESETS:
             raise MaterializeError(f"{label}: {presets_mod.check_args(preset, {})}")
         leaf = TensorLeaf(base, preset, spec.get("preset_args"), source, spec.get("device_layout"))
         self.leaves.append(leaf)
         return leaf
+
+    def cached(self, dtype: torch.dtype, source: dict) -> torch.Tensor | None:
+        """The cached base of the next leaf (see prepare), None to generate it."""
+        i = len(self.leaves)
+        if self.bases is None or i >= len(self.bases) or self.bases[i] is None:
+            return None
+        base, done = self.bases[i]
+        if base.dtype != dtype or list(base.shape) != source["shape"]:
+            raise MaterializeError(f"cached input {i} is a {base.dtype} {list(base.shape)}, "
+                                   f"not a {dtype} {source['shape']}")
+        source.update(done)
+        return base
 
     def generate(self, spec: dict, dtype: torch.dtype, label: str, source: dict) -> torch.Tensor:
         shape = tuple(spec.get("shape") or ())

@@ -1,4 +1,5 @@
-"""`casedb cache info|clear`: the reference cache beside the DB (casedb.run.refcache)."""
+"""`casedb cache info|clear`: the reference cache beside the DB (casedb.run.refcache): references,
+and the inputs of cases that are expensive to build (casedb.run.inputcache)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import typer
 from casedb.cli.common import app, console, emit_json, fail, state
 from casedb.errors import CasedbError
 
-cache_app = typer.Typer(help="The cache of CPU references beside the DB (<db>.refcache): what it holds, clear it.")
+cache_app = typer.Typer(help="The cache of CPU references (and of inputs that are expensive to build) beside the DB "
+                        "(<db>.refcache): what it holds, clear it.")
 app.add_typer(cache_app, name="cache")
 
 
@@ -20,7 +22,7 @@ def _cache():
 
 @cache_app.command("info")
 def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Where the cache is, how many references it holds, their size and the cap."""
+    """Where the cache is, how many references and inputs it holds, their size and the cap."""
     try:
         info = _cache().info()
     except CasedbError as e:
@@ -28,20 +30,23 @@ def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     if as_json:
         emit_json(info)
         return
-    console.print(f"{info['folder']}: {info['entries']} references, {info['bytes'] / 2**20:.1f} MiB "
+    refs, inputs = info["references"], info["inputs"]
+    console.print(f"{info['folder']}: {refs['entries']} references ({refs['bytes'] / 2**20:.1f} MiB), "
+                  f"{inputs['entries']} inputs ({inputs['bytes'] / 2**20:.1f} MiB): {info['bytes'] / 2**20:.1f} MiB "
                   f"of at most {info['max_bytes'] / 2**20:.0f} MiB (least recently used go first)",
                   highlight=False, soft_wrap=True)
 
 
 @cache_app.command("clear")
 def clear_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Delete every cached reference (the next run computes them again)."""
+    """Delete every cached reference and input (the next run computes them again)."""
     try:
         cache = _cache()
         gone = cache.clear()
     except CasedbError as e:
         fail(e)
     if as_json:
-        emit_json({"folder": str(cache.folder), "deleted": gone})
+        emit_json({"folder": str(cache.folder), "deleted": sum(gone.values()), **gone})
         return
-    console.print(f"{cache.folder}: {gone} references deleted", highlight=False, soft_wrap=True)
+    console.print(f"{cache.folder}: {gone['references']} references and {gone['inputs']} inputs deleted",
+                  highlight=False, soft_wrap=True)

@@ -151,6 +151,8 @@ def summary_tables(summary: dict):
         line += "; per case: " + ", ".join(times)
     if t.get("references_from_cache"):
         line += f"; {t['references_from_cache']} references from the cache"
+    if t.get("inputs_from_cache"):
+        line += f"; {t['inputs_from_cache']} inputs from the cache"
     if summary.get("duration_s") is not None:
         line += f"; total {summary['duration_s']:.1f} s"
     return table, text(line)

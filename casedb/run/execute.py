@@ -162,6 +162,7 @@ class _Setup:
     keys: list          # written arguments that are compared beside the output ("args[0]", "kwargs[out]")
     writes: bool        # the op writes into its inputs: every call gets fresh ones
     meta: bool          # random or uninitialized output: compared on metadata only
+    rebuild: Callable[[], Prepared]  # the inputs again, untouched (after an op wrote into them)
 
 
 def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str | Callable" = "eager",
@@ -178,7 +179,7 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
     reference, which every judge passes (tolerance, ULPs: the same error as the reference's own;
     bias: no difference from the reference's own). ``reference_cache``: where cached references
     come from and go to (:mod:`casedb.run.refcache`; None: the one :func:`use_reference_cache`
-    set, False: none).
+    set, False: none), and the inputs of cases that are expensive to build (casedb.run.inputcache).
 
     Problems of the case itself (unknown op, inputs that cannot be built) come back as
     ``ref_error`` (phase ``resolve``/``materialize``); a bad ``device``, ``backend`` or
@@ -190,16 +191,16 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
     ex = Execution(op=case.get("op"), signature=case.get("signature"), device=str(dev),
                    backend=backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend)),
                    reference_dtype=None if hi_dtype is None else str(hi_dtype).replace("torch.", ""))
-    setup = _set_up(ex, case, load_blob)
+    cache = _reference_cache if reference_cache is None else (reference_cache or None)
+    setup = _set_up(ex, case, load_blob, cache)
     if setup is None:
         return ex
-    cache = _reference_cache if reference_cache is None else (reference_cache or None)
     if setup.meta:
         cache = None  # random or uninitialized output: no reference to keep
     with torch.no_grad():
         ref_inputs = None
         if not _cached_reference(ex, setup, case, cache):
-            ref_inputs = _run_reference(ex, setup, case, load_blob)
+            ref_inputs = _run_reference(ex, setup)
             if ref_inputs is None:
                 return ex
             _keep_reference(ex, setup, case, cache)
@@ -210,7 +211,7 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
             hi_dtype = _upcast_dtype(ex, setup.prepared)
         if hi_dtype is not None:
             if setup.prepared.versions() != versions:  # the target wrote into the inputs it shared
-                setup.prepared = prepare(case, load_blob=load_blob)
+                setup.prepared = setup.rebuild()
             _high_precision(ex, setup, hi_dtype, case, cache)
     return ex
 
@@ -271,7 +272,12 @@ def _high_precision(ex: Execution, s: _Setup, hi_dtype: torch.dtype, case: dict,
         cache.store(name, {"reference_hi": ex.reference_hi, "reference_mag": ex.reference_mag})
 
 
-def _set_up(ex: Execution, case: dict, load_blob) -> _Setup | None:
+def _prepare(case: dict, load_blob, cache) -> tuple[Prepared, bool]:
+    """``(inputs, whether they came from cache)`` (casedb.run.inputcache)."""
+    return (prepare(case, load_blob=load_blob), False) if cache is None else cache.prepare_inputs(case, load_blob)
+
+
+def _set_up(ex: Execution, case: dict, load_blob, cache) -> _Setup | None:
     """Resolve the op and build the inputs; None (with ``ex.ref_error``) when the case cannot."""
     t0 = perf_counter()
     try:
@@ -280,19 +286,21 @@ def _set_up(ex: Execution, case: dict, load_blob) -> _Setup | None:
         ex.ref_error = ErrorInfo.from_exception(e, "resolve")
         return None
     try:
-        prepared = prepare(case, load_blob=load_blob)
+        prepared, hit = _prepare(case, load_blob, cache)
     except Exception as e:  # bad spec, missing blob, torch refusing a dtype ...
         ex.ref_error = ErrorInfo.from_exception(e, "materialize")
         return None
+    if hit:
+        ex.notes["input_cache"] = "hit"
     meta = info.metadata_only(prepared.args, prepared.kwargs)
     keys = info.mutated(prepared.args, prepared.kwargs)
     ex.value_free = not prepared.leaves or bool(_VALUE_FREE.search(str(case.get("op"))))
     ex.compare_mode = "metadata" if meta else "values"
     ex.t_setup = perf_counter() - t0
-    return _Setup(info, prepared, keys, bool(keys), meta)
+    return _Setup(info, prepared, keys, bool(keys), meta, lambda: _prepare(case, load_blob, cache)[0])
 
 
-def _run_reference(ex: Execution, s: _Setup, case: dict, load_blob) -> tuple | None:
+def _run_reference(ex: Execution, s: _Setup) -> tuple | None:
     """The CPU eager reference; returns its (args, kwargs), None when they cannot be placed.
     An input the op was not known to write into but did joins ``s.keys``."""
     cpu = torch.device("cpu")
@@ -316,7 +324,7 @@ def _run_reference(ex: Execution, s: _Setup, case: dict, load_blob) -> tuple | N
         # an op not known to write into its inputs did: give the target untouched inputs
         s.writes = True
         if s.prepared.versions() != base_versions:
-            s.prepared = prepare(case, load_blob=load_blob)
+            s.prepared = s.rebuild()
     ex.mutated = list(s.keys)
     return ref_args, ref_kwargs
 

@@ -1,5 +1,7 @@
 """The reference cache: a case's CPU reference result (and its high-precision reference), kept on
-disk so that a rerun pays only for the target.
+disk so that a rerun pays only for the target — and, for cases whose inputs are expensive to
+build, those inputs (:mod:`casedb.run.inputcache`: which cases, the file format; keyed by
+:func:`input_key`, without the thread count or reference dtype, which do not change them).
 
 For a given case (its op, inputs, seed — an extremal variant's rewritten inputs included), torch
 version, CPU capability (``torch.backends.cpu.get_cpu_capability()``: the kernels dispatched),
@@ -16,8 +18,10 @@ temporary file renamed into place, so a reader never sees half a file.
 
 Bounded: at most ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, env
 ``CASEDB_REFERENCE_CACHE_BYTES``, e.g. ``500M``), the least recently used entries (a hit touches
-its file) evicted first. Results that are not values (random or uninitialized outputs, compared
-on metadata only) are never cached: :mod:`casedb.run.execute` decides what it offers.
+its file) evicted first, references and inputs alike — but never an entry this cache object
+stored or used (a run): a run whose entries exceed the cap keeps its first ones and stores no
+more, where plain LRU would evict each before the next run reaches it and keep nothing. Results
+that are not values (random or uninitialized outputs, compared on metadata only) are never cached: :mod:`casedb.run.execute` decides what it offers.
 """
 
 from __future__ import annotations
@@ -28,17 +32,23 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 from casedb.errors import CasedbError
+from casedb.run import inputcache
 
 DEFAULT_MAX_BYTES = 2 * 2**30
 MAX_BYTES_ENV = "CASEDB_REFERENCE_CACHE_BYTES"
 FORMAT = 1                      # of the files: a new one misses every old entry
 SUFFIX = ".ref"
+KINDS = {SUFFIX: "references", inputcache.SUFFIX: "inputs"}
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-# the code a cached reference depends on besides torch: how inputs are built and the reference called
-_CODE = ("cases/materialize.py", "cases/ops.py", "cases/dtypes.py", "run/execute.py", "run/refcache.py")
+# the code cached inputs depend on besides torch: how they are generated and kept
+_INPUT_CODE = ("cases/materialize.py", "cases/generators.py", "cases/value_ranges.py", "cases/dtypes.py",
+               "cases/blobs.py", "run/inputcache.py")
+# ... and a cached reference: those inputs, their layout and how the reference is called
+_CODE = _INPUT_CODE + ("cases/presets.py", "cases/ops.py", "run/execute.py", "run/refcache.py")
 
 
 class Uncacheable(Exception):
@@ -61,18 +71,18 @@ def parse_bytes(text: str | int | None) -> int:
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
-_code_version: str | None = None
+_code_versions: dict = {}
 
 
-def code_version() -> str:
-    global _code_version
-    if _code_version is None:
+def code_version(files: tuple = _CODE) -> str:
+    """A hash of casedb's own ``files`` (paths under casedb/)."""
+    if files not in _code_versions:
         root = Path(__file__).resolve().parent.parent
         h = hashlib.sha256()
-        for rel in _CODE:
+        for rel in files:
             h.update((root / rel).read_bytes())
-        _code_version = h.hexdigest()[:16]
-    return _code_version
+        _code_versions[files] = h.hexdigest()[:16]
+    return _code_versions[files]
 
 
 def environment() -> dict:
@@ -87,6 +97,17 @@ def key(case: dict, part: str, dtype: str | None = None) -> str:
     """The entry name of ``part`` ("reference" or "hi") of ``case`` computed in ``dtype``."""
     text = json.dumps({"case": case, "part": part, "dtype": dtype, "env": environment()},
                       sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def input_key(case: dict) -> str:
+    """The entry name of ``case``'s cached inputs: its content and seed, torch, the CPU capability
+    and the input-building code (not the threads or the reference dtype: they do not change them)."""
+    import torch
+
+    env = {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
+           "code": code_version(_INPUT_CODE), "format": FORMAT}
+    text = json.dumps({"case": case, "part": "inputs", "env": env}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -172,16 +193,29 @@ def loads(data: bytes) -> dict:
 # ------------------------------------------------------------------------------------ the folder
 
 class ReferenceCache:
-    """One cache folder (see the module docstring). Counts its hits, misses and stores."""
+    """One cache folder (see the module docstring). Counts its hits, misses and stores, of
+    references and (``inputs_*``) of inputs."""
 
     def __init__(self, folder: str | os.PathLike, max_bytes: int | None = None):
         self.folder = Path(folder)
         self.max_bytes = parse_bytes(os.environ.get(MAX_BYTES_ENV)) if max_bytes is None else int(max_bytes)
         self.hits = self.misses = self.stored = self.corrupt = 0
+        self.inputs_hits = self.inputs_misses = self.inputs_stored = 0
         self._size: int | None = None  # bytes in the folder, scanned on the first store
+        self._since = time.time()  # entries used or stored since (this run's) are not evicted by a store
 
-    def _path(self, name: str) -> Path:
-        return self.folder / name[:2] / (name + SUFFIX)
+    def _path(self, name: str, suffix: str = SUFFIX) -> Path:
+        return self.folder / name[:2] / (name + suffix)
+
+    def _used(self, path: Path) -> None:
+        try:
+            os.utime(path)  # least recently used goes first
+        except OSError:
+            pass
+
+    def _bad(self, path: Path) -> None:
+        self.corrupt += 1
+        self._remove(path)
 
     def load(self, name: str) -> dict | None:
         """The entry ``name``, or None (a miss; a corrupt entry is deleted)."""
@@ -194,16 +228,48 @@ class ReferenceCache:
         try:
             value = loads(data)
         except ValueError:
-            self.corrupt += 1
             self.misses += 1
-            self._remove(path)
+            self._bad(path)
             return None
-        try:
-            os.utime(path)  # least recently used goes first
-        except OSError:
-            pass
+        self._used(path)
         self.hits += 1
         return value
+
+    def load_inputs(self, name: str) -> list | None:
+        """The cached inputs ``name`` (:func:`casedb.run.inputcache.read`), or None (a miss; a
+        corrupt file is deleted)."""
+        path = self._path(name, inputcache.SUFFIX)
+        if not path.is_file():
+            self.inputs_misses += 1
+            return None
+        try:
+            bases = inputcache.read(path)
+        except inputcache.Corrupt:
+            self.inputs_misses += 1
+            self._bad(path)
+            return None
+        self._used(path)
+        self.inputs_hits += 1
+        return bases
+
+    def prepare_inputs(self, case: dict, load_blob=None) -> tuple:
+        """``(Prepared, hit)``: the inputs of ``case`` from the cache when it holds them, else
+        generated (:func:`casedb.cases.materialize.prepare`) and kept when they qualify."""
+        from casedb.cases.materialize import MaterializeError, prepare
+
+        name = input_key(case)
+        bases = self.load_inputs(name)
+        if bases is not None:
+            try:
+                return prepare(case, load_blob=load_blob, bases=bases), True
+            except MaterializeError:  # tensors that do not fit the case: a bad entry
+                self.inputs_hits -= 1
+                self.inputs_misses += 1
+                self._bad(self._path(name, inputcache.SUFFIX))
+        prepared = prepare(case, load_blob=load_blob)
+        if inputcache.qualifies(prepared):
+            self.store_inputs(name, prepared)
+        return prepared, False
 
     def store(self, name: str, value: dict) -> bool:
         """Keep ``value`` as entry ``name``; False when it cannot be stored (uncacheable, over the
@@ -214,30 +280,62 @@ class ReferenceCache:
             return False
         if len(data) > self.max_bytes:
             return False
-        path = self._path(name)
+
+        def write(f) -> bool:
+            f.write(data)
+            return True
+
+        if not self._write(self._path(name), write):
+            return False
+        self.stored += 1
+        return True
+
+    def store_inputs(self, name: str, prepared) -> bool:
+        """Keep the generated inputs of ``prepared`` (:func:`casedb.run.inputcache.write`) as
+        ``name``; False when they cannot be stored (as :meth:`store`)."""
+        if not self._write(self._path(name, inputcache.SUFFIX), lambda f: inputcache.write(f, prepared)):
+            return False
+        self.inputs_stored += 1
+        return True
+
+    def _write(self, path: Path, write) -> bool:
+        """``write(file)`` into a temporary file renamed to ``path`` (a reader never sees half a
+        file), then evict down to the cap; False when it did not write or the file is over the cap."""
+        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if not write(f):
+                    raise Uncacheable(path.name)
+            size = os.path.getsize(tmp)
+            if size > self.max_bytes:
+                raise Uncacheable(f"{path.name}: {size} bytes, over the cap")
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, Uncacheable):
+            if tmp is not None:
+                self._remove(Path(tmp))
             return False
-        self.stored += 1
         if self._size is None:
             self._size = sum(size for _, size, _ in self.entries())
         else:
-            self._size += len(data)
+            self._size += size
         if self._size > self.max_bytes:
-            self.evict()
+            self.evict(keep_since=self._since)
+            if self._size > self.max_bytes:  # only this run's entries are left: keep them, not this one
+                self._remove(path)
+                self._size -= size
+                return False
         return True
 
-    def entries(self) -> list[tuple[Path, int, float]]:
-        """(path, bytes, last use) of every entry."""
+    def entries(self, suffix: str | None = None) -> list[tuple[Path, int, float]]:
+        """(path, bytes, last use) of every entry (of one kind: its ``suffix``)."""
         found = []
         if not self.folder.is_dir():
             return found
-        for p in self.folder.glob(f"*/*{SUFFIX}"):
+        for p in self.folder.glob("*/*"):
+            if p.suffix not in KINDS or (suffix is not None and p.suffix != suffix) or p.name.startswith(".tmp-"):
+                continue
             try:
                 st = p.stat()
             except OSError:
@@ -245,15 +343,17 @@ class ReferenceCache:
             found.append((p, st.st_size, st.st_mtime))
         return found
 
-    def evict(self, max_bytes: int | None = None) -> int:
+    def evict(self, max_bytes: int | None = None, keep_since: float | None = None) -> int:
         """Delete the least recently used entries until the folder holds at most ``max_bytes``
-        (default: the cap); returns how many were deleted."""
+        (default: the cap), sparing those used at ``keep_since`` or later; returns how many went."""
         cap = self.max_bytes if max_bytes is None else max_bytes
         found = sorted(self.entries(), key=lambda e: e[2])
         total, gone = sum(size for _, size, _ in found), 0
-        for path, size, _ in found:
+        for path, size, used in found:
             if total <= cap:
                 break
+            if keep_since is not None and used >= keep_since:
+                continue
             self._remove(path)
             total -= size
             gone += 1
@@ -267,16 +367,22 @@ class ReferenceCache:
             pass
 
     def info(self) -> dict:
+        """The folder, its entries and bytes in all and per kind (``references``, ``inputs``), the cap."""
         found = self.entries()
-        return {"folder": str(self.folder), "entries": len(found), "bytes": sum(s for _, s, _ in found),
+        kinds = {kind: {"entries": 0, "bytes": 0} for kind in KINDS.values()}
+        for p, size, _ in found:
+            kinds[KINDS[p.suffix]]["entries"] += 1
+            kinds[KINDS[p.suffix]]["bytes"] += size
+        return {"folder": str(self.folder), "entries": len(found), "bytes": sum(s for _, s, _ in found), **kinds,
                 "max_bytes": self.max_bytes, "exists": self.folder.is_dir()}
 
-    def clear(self) -> int:
-        """Delete every entry (and stray temporary files); returns how many entries went."""
-        n = len(self.entries())
+    def clear(self) -> dict:
+        """Delete every entry, references and inputs (and stray temporary files); returns how many
+        of each went (``references``, ``inputs``)."""
+        gone = {kind: len(self.entries(suffix)) for suffix, kind in KINDS.items()}
         if self.folder.is_dir():
             for p in self.folder.glob("*/*"):
-                if p.is_file() and (p.suffix == SUFFIX or p.name.startswith(".tmp-")):
+                if p.is_file() and (p.suffix in KINDS or p.name.startswith(".tmp-")):
                     self._remove(p)
             for d in self.folder.iterdir():
                 if d.is_dir():
@@ -285,7 +391,9 @@ class ReferenceCache:
                     except OSError:
                         pass
         self._size = 0
-        return n
+        return gone
 
     def counts(self) -> dict:
-        return {"hits": self.hits, "misses": self.misses, "stored": self.stored, "corrupt": self.corrupt}
+        return {"hits": self.hits, "misses": self.misses, "stored": self.stored, "corrupt": self.corrupt,
+                "inputs_hits": self.inputs_hits, "inputs_misses": self.inputs_misses,
+                "inputs_stored": self.inputs_stored}

@@ -161,8 +161,9 @@ class RunSpec:
     fail_fast: bool = opt(False, Flag("Stop at the first unexpected outcome.",
                                       cli=("--fail-fast", "-x"), builtin="-x", what=False))
     reference_cache: bool = opt(True, Flag(
-        "Take CPU references from the cache beside the DB (<db>.refcache, casedb.run.refcache) and keep new "
-        "ones there (default); --no-reference-cache computes every one and keeps none.",
+        "Take CPU references, and the inputs of cases expensive to build, from the cache beside the DB "
+        "(<db>.refcache, casedb.run.refcache) and keep new ones there (default); --no-reference-cache "
+        "bypasses both: computes every reference, generates every input and keeps none.",
         cli=("--reference-cache",), pytest="--casedb-reference-cache", what=False))
     threads: int | None = opt(None, Flag("torch threads per process running cases.",
                                          pytest="--casedb-threads", what=False, target=True, metavar="N"))

@@ -309,10 +309,12 @@ def _times(conn: sqlite3.Connection, run_id: int, executed: int) -> dict:
     """Where a run's time went: seconds per phase, and milliseconds per case."""
     t = conn.execute("""SELECT sum(t_ref), sum(t_compile), sum(t_exec), sum(duration), count(t_compile), count(t_exec),
                         count(CASE WHEN json_valid(metrics) AND json_extract(metrics, '$.notes.reference_cache') = 'hit'
+                              THEN 1 END),
+                        count(CASE WHEN json_valid(metrics) AND json_extract(metrics, '$.notes.input_cache') = 'hit'
                               THEN 1 END)
                         FROM results WHERE run_id = ?""", [run_id]).fetchone()
     return {"ref_s": _r(t[0]), "compile_s": _r(t[1]), "exec_s": _r(t[2]), "cases_s": _r(t[3]),
-            "references_from_cache": t[6],  # casedb.run.refcache
+            "references_from_cache": t[6], "inputs_from_cache": t[7],  # casedb.run.refcache
             "compile_ms_per_case": _r(1000 * t[1] / t[4]) if t[4] else None,
             "exec_ms_per_case": _r(1000 * t[2] / t[5]) if t[5] else None,
             "ref_ms_per_case": _r(1000 * t[0] / executed) if executed and t[0] is not None else None}

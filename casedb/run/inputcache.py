@@ -1,0 +1,124 @@
+"""Cached inputs: the generated tensors of a case whose inputs are expensive to build, kept in the
+reference cache's folder (:mod:`casedb.run.refcache`: same cap, LRU eviction and integrity rules)
+so that a rerun does not draw them again.
+
+Which cases: those whose tensors drawn from the case's generator (every ``init`` but the
+deterministic ``arange``, ``zeros``, ``ones``, ``full``, ``eye``) hold at least
+:data:`MIN_NUMEL` elements together. Elements, not a measured time: the rule gives the same cache
+on every machine and under any load, and drawing is what costs (``randn`` is drawn in float64,
+serially: ~26 M elements/s on the development machine, so 1 M elements are ~40 ms, where reading
+them back costs a few ms); smaller cases would fill the folder with files that save nothing.
+
+What is kept: for each such tensor its generated ``base`` (after an extremal variant's specials
+are sprinkled in) and its ``source``; tensors from a blob, from literal data or from a
+deterministic init are built again (they take no draw from the generator, so the others' bits do
+not depend on them). Layout presets are applied when the inputs are placed, as always; the saved
+bases keep their dtype, shape, strides, storage offset and storage sharing (``torch.save``).
+
+A file is a ``torch.save`` archive (loaded with ``mmap=True, weights_only=True``: the pages are
+read as the op reads them and a write goes to a private copy, never to the file) holding a JSON
+``meta`` (each tensor's source, dtype, shape, strides and offset) and the SHA-256 of that meta and
+of every storage's bytes; a file whose digest or layout does not match is :class:`Corrupt`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+MIN_NUMEL = 1 << 20
+SUFFIX = ".in"
+# inits that draw nothing from the case's generator: rebuilt, never cached
+DETERMINISTIC = frozenset({"arange", "zeros", "ones", "full", "eye"})
+
+
+class Corrupt(ValueError):
+    """A cached inputs file that does not load or whose digest or layout does not match."""
+
+
+def _drawn(leaf) -> bool:
+    init = leaf.source.get("init")
+    return init is not None and init not in DETERMINISTIC
+
+
+def qualifies(prepared) -> bool:
+    """Whether the inputs of ``prepared`` are worth caching (see the module docstring)."""
+    return sum(leaf.base.numel() for leaf in prepared.leaves if _drawn(leaf)) >= MIN_NUMEL
+
+
+def _plain(t) -> bool:
+    import torch
+
+    return (type(t) is torch.Tensor and t.device.type == "cpu" and t.layout == torch.strided and not t.is_quantized
+            and not t.is_conj() and not t.is_neg() and not t.requires_grad)
+
+
+def _layout(t) -> list:
+    return [str(t.dtype), list(t.shape), list(t.stride()), t.storage_offset()]
+
+
+def _digest(meta: str, tensors: list) -> str:
+    """SHA-256 of ``meta`` and of each distinct storage's bytes, in order of first use."""
+    import torch
+
+    h = hashlib.sha256(meta.encode())
+    seen = set()
+    for t in tensors:
+        s = t.untyped_storage()
+        if s.data_ptr() in seen or s.nbytes() == 0:
+            continue
+        seen.add(s.data_ptr())
+        h.update(torch.empty(0, dtype=torch.uint8).set_(s).numpy())
+    return h.hexdigest()
+
+
+def write(path, prepared) -> bool:
+    """Save the drawn bases of ``prepared`` to ``path`` (a file name or a binary file); False when
+    one is not a plain CPU tensor."""
+    import torch
+
+    tensors, leaves = [], []
+    for leaf in prepared.leaves:
+        if not _drawn(leaf):
+            leaves.append(None)
+            continue
+        if not _plain(leaf.base):
+            return False
+        tensors.append(leaf.base)
+        leaves.append({"source": leaf.source, "layout": _layout(leaf.base)})
+    meta = json.dumps(leaves)
+    torch.save({"meta": meta, "digest": _digest(meta, tensors), "tensors": tensors}, path)
+    return True
+
+
+def read(path: str | os.PathLike) -> list:
+    """The bases saved in ``path``, one per leaf: ``(tensor, source)`` or None (build it again)."""
+    try:
+        return _read(path)
+    except Corrupt:
+        raise
+    except Exception as e:  # a file that is not this format, cut short, or not a torch archive
+        raise Corrupt(f"unreadable: {type(e).__name__}: {e}") from None
+
+
+def _read(path) -> list:
+    import torch
+
+    saved = torch.load(path, mmap=True, weights_only=True)
+    meta, tensors = saved["meta"], saved["tensors"]
+    leaves = json.loads(meta)
+    if len(tensors) != sum(x is not None for x in leaves):
+        raise Corrupt("not a cached inputs file")
+    if saved["digest"] != _digest(meta, tensors):
+        raise Corrupt("checksum mismatch")
+    found, it = [], iter(tensors)
+    for x in leaves:
+        if x is None:
+            found.append(None)
+            continue
+        t = next(it)
+        if _layout(t) != x["layout"] or not isinstance(x["source"], dict):
+            raise Corrupt("a tensor's layout does not match its record")
+        found.append((t, x["source"]))
+    return found
