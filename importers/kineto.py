@@ -294,18 +294,18 @@ class _OpNames(dict):
 
 
 def _operator_events(events: list) -> dict:
-    """Operator events per thread, as (ts, -dur, index): sorting puts parents before children.
-    (The hot loop of a big import: one comprehension, threads split by runs of one thread.)"""
+    """Operator events per thread, as (ts, -dur, index, pid, tid): sorting puts parents before
+    children (the index is unique: pid and tid are never compared). The hot loop of a big
+    import: one comprehension; threads split by runs of one thread."""
     cats, is_op = _OP_CATS, _OpNames()
-    ops = [((e.pid, e.tid), e.ts, -(e.dur or 0), i) for i, e in enumerate(events)
+    ops = [(e.ts, -(e.dur or 0), i, e.pid, e.tid) for i, e in enumerate(events)
            if e is not None and e.cat in cats and is_op[e.name] and e.ph == "X"]
     threads: dict = {}
-    rest = itemgetter(slice(1, None))
-    for key, run in groupby(ops, itemgetter(0)):
+    for key, run in groupby(ops, itemgetter(3, 4)):
         lst = threads.get(key)
         if lst is None:
             lst = threads[key] = []
-        lst.extend(map(rest, run))
+        lst.extend(run)
     return threads
 
 
@@ -317,7 +317,7 @@ def _nested(path: str, events: list, threads: dict, *, top: bool) -> list[int]:
         try:
             lst.sort()
         except TypeError:
-            bad = next(i for ts, nd, i in lst if not isinstance(ts, (int, float)) or not isinstance(nd, (int, float)))
+            bad = next(i for ts, nd, i, *_ in lst if not isinstance(ts, (int, float)) or not isinstance(nd, (int, float)))
             raise TraceFormatError(
                 f"{path}: event {bad} ({events[bad].name}): missing or bad 'ts'/'dur'; "
                 f"the trace is corrupt: {_FIX}"
@@ -330,7 +330,7 @@ def _nested(path: str, events: list, threads: dict, *, top: bool) -> list[int]:
 def _top(lst: list, kept: list) -> None:
     """Append the indexes of the events of ``lst`` (sorted) that no other event contains."""
     ends: list = []  # ends of the open nest, outermost first
-    for ts, ndur, i in lst:
+    for ts, ndur, i, _, _ in lst:
         while ends:
             end = ends[-1]
             if ts < end or (ndur == 0 and ts <= end):
@@ -344,7 +344,7 @@ def _top(lst: list, kept: list) -> None:
 def _leaves(lst: list, kept: list) -> None:
     """Append the indexes of the events of ``lst`` (sorted) that contain no other event."""
     stack: list[list] = []  # [end, index, has_child]
-    for ts, ndur, i in lst:
+    for ts, ndur, i, _, _ in lst:
         while stack:
             end = stack[-1][0]
             if ts < end or (ndur == 0 and ts <= end):

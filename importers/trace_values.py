@@ -185,7 +185,8 @@ def _decode(raw: bytes | bytearray, path: str, what: str, fix: str) -> Any:
         return orjson.loads(raw)  # 2-3x the stdlib's speed: a big trace's import is mostly decoding
     except orjson.JSONDecodeError:
         # what orjson refuses the stdlib may read (NaN, Infinity, lone surrogates): bad input
-        # takes the stdlib's path, for its reading and its error messages
+        # takes the stdlib's path, for its reading and its error messages. (orjson reads an
+        # integer over 64 bits as a float; load_typed's decoder keeps it exact.)
         return _stdlib(raw, path, what, fix)
 
 
