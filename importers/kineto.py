@@ -31,7 +31,12 @@ from __future__ import annotations
 
 import marshal
 import re
-from typing import Any, Iterator
+from collections import Counter
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, Iterator, Union
+
+import msgspec
 
 from importers.op_schema import bind, bind_positional, parse_schema, resolve_overload
 from importers.trace_values import (
@@ -39,8 +44,9 @@ from importers.trace_values import (
     TraceFormatError,
     contiguous,
     head_bytes,
-    load_json,
+    load_typed,
     paused_gc,
+    raw_value,
     tensor_input,
 )
 
@@ -199,11 +205,45 @@ def _convert(name: str, args_cols, schemas_for=_torch_schemas):
 _FIX = "re-export it with torch.profiler.profile(record_shapes=True) ... prof.export_chrome_trace(path)"
 
 
+class _Args(msgspec.Struct, gc=False):
+    """An event's argument columns as raw JSON text (empty: absent): decoded once per distinct
+    call, never per event. The other args (External id, Sequence number ...) are skipped."""
+
+    types: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())
+    strides: msgspec.Raw = msgspec.field(name="Input Strides", default=msgspec.Raw())
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=msgspec.Raw())
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a trace event casedb reads (absent: None). ``args`` is an :class:`_Args`,
+    or, for a trace the typed decoder refused, whatever the JSON holds."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Union[_Args, None] = None
+
+
+class _Trace(msgspec.Struct, gc=False):
+    traceEvents: Union[list[Union[_Event, None]], None] = None
+    record_shapes: Any = None
+
+
+# The decoder of a Kineto trace: only the fields above are built (bench/bench_import.py times it alone).
+DECODER = msgspec.json.Decoder(Union[_Trace, list[Union[_Event, None]]])
+
+
 def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
     """Decode the trace, keep the top/leaf operator calls, group identical ones.
 
-    Returns ``[(event, index, count), ...]`` in first-occurrence order: only one event per
-    distinct call survives, so the decoded trace can be freed before records are built.
+    Returns ``[(name, index, count, columns), ...]`` in first-occurrence order, ``columns`` the
+    decoded argument columns (None: no shapes), so the decoded trace can be freed before records
+    are built.
     """
     events = _events(path, max_bytes)
     kept = _nested(path, events, _operator_events(events), top=level == "top")
@@ -211,47 +251,61 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
 
 
 def _events(path: str, max_bytes: int | None) -> list:
-    """The ``traceEvents`` list of a Kineto trace (or a legacy bare event list)."""
-    data = load_json(path, "Kineto trace", _FIX, max_bytes)
+    """The ``traceEvents`` of a Kineto trace (or a legacy bare event list), as :class:`_Event`
+    (None for what is not an event)."""
+    data, typed = load_typed(path, DECODER, "Kineto trace", _FIX, max_bytes)
+    if not typed:
+        data = _from_plain(path, data)
     if isinstance(data, list):
         return data
-    if not isinstance(data, dict):
-        raise TraceFormatError(f"{path}: not a Kineto/chrome trace (top level is {type(data).__name__}); {_FIX}")
-    events = data.get("traceEvents")
-    if not isinstance(events, list):
+    if not isinstance(data.traceEvents, list):
         raise TraceFormatError(f"{path}: no 'traceEvents' list: not a Kineto/chrome trace; {_FIX}")
-    if data.get("record_shapes") == 0:
+    if data.record_shapes == 0:
         raise TraceFormatError(
             f"{path}: the trace was recorded without input shapes; profile with "
             "torch.profiler.profile(record_shapes=True) and export it again"
         )
-    return events
+    return data.traceEvents
+
+
+def _from_plain(path: str, data: Any) -> _Trace | list:
+    """A trace the typed decoder refused, as the stdlib read it: the same :class:`_Event` objects,
+    args left as they are (a dict, or anything else: no shapes)."""
+    if isinstance(data, dict):
+        events = data.get("traceEvents")
+        data = _Trace(events, data.get("record_shapes"))
+    elif isinstance(data, list):
+        events = data
+    else:
+        raise TraceFormatError(f"{path}: not a Kineto/chrome trace (top level is {type(data).__name__}); {_FIX}")
+    if isinstance(events, list):
+        events[:] = [None if e.__class__ is not dict else
+                     _Event(e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"),
+                            e.get("ts"), e.get("dur"), e.get("args")) for e in events]
+    return data
+
+
+class _OpNames(dict):
+    """Event name -> whether it names an operator (``ns::op``), matched once per distinct name."""
+
+    def __missing__(self, name):
+        ok = self[name] = name.__class__ is str and _OP_NAME.match(name) is not None
+        return ok
 
 
 def _operator_events(events: list) -> dict:
-    """Operator events per thread, as (ts, -dur, index): sorting puts parents before children.
-    (The hot loop of a big import: one dict probe for non-operator events, cached names.)"""
-    is_op: dict = {}
+    """Operator events per thread, as (ts, -dur, index, pid, tid): sorting puts parents before
+    children (the index is unique: pid and tid are never compared). The hot loop of a big
+    import: one comprehension; threads split by runs of one thread."""
+    cats, is_op = _OP_CATS, _OpNames()
+    ops = [(e.ts, -(e.dur or 0), i, e.pid, e.tid) for i, e in enumerate(events)
+           if e is not None and e.cat in cats and is_op[e.name] and e.ph == "X"]
     threads: dict = {}
-    cats = _OP_CATS
-    match = _OP_NAME.match
-    last_key = lst = None
-    for i, e in enumerate(events):
-        if e.__class__ is not dict or e.get("cat") not in cats:
-            continue
-        name = e.get("name")
-        ok = is_op.get(name)
-        if ok is None:
-            ok = is_op[name] = name.__class__ is str and match(name) is not None
-        if not ok or e.get("ph") != "X":
-            continue
-        key = (e.get("pid"), e.get("tid"))
-        if key != last_key:
-            lst = threads.get(key)
-            if lst is None:
-                lst = threads[key] = []
-            last_key = key
-        lst.append((e.get("ts"), -(e.get("dur") or 0), i))
+    for key, run in groupby(ops, itemgetter(3, 4)):
+        lst = threads.get(key)
+        if lst is None:
+            lst = threads[key] = []
+        lst.extend(run)
     return threads
 
 
@@ -263,57 +317,101 @@ def _nested(path: str, events: list, threads: dict, *, top: bool) -> list[int]:
         try:
             lst.sort()
         except TypeError:
-            bad = next(i for ts, nd, i in lst if not isinstance(ts, (int, float)) or not isinstance(nd, (int, float)))
+            bad = next(i for ts, nd, i, *_ in lst if not isinstance(ts, (int, float)) or not isinstance(nd, (int, float)))
             raise TraceFormatError(
-                f"{path}: event {bad} ({events[bad].get('name')}): missing or bad 'ts'/'dur'; "
+                f"{path}: event {bad} ({events[bad].name}): missing or bad 'ts'/'dur'; "
                 f"the trace is corrupt: {_FIX}"
             ) from None
-        stack: list[list] = []  # [end, index, has_child]
-        for ts, ndur, i in lst:
-            while stack:
-                end = stack[-1][0]
-                if ts < end or (ndur == 0 and ts <= end):
-                    break
-                done = stack.pop()
-                if not top and not done[2]:
-                    kept.append(done[1])
-            if stack:
-                stack[-1][2] = True
-            elif top:
-                kept.append(i)
-            stack.append([ts - ndur, i, False])
-        if not top:
-            kept.extend(d[1] for d in stack if not d[2])
+        (_top if top else _leaves)(lst, kept)
     kept.sort()
     return kept
 
 
+def _top(lst: list, kept: list) -> None:
+    """Append the indexes of the events of ``lst`` (sorted) that no other event contains."""
+    ends: list = []  # ends of the open nest, outermost first
+    for ts, ndur, i, _, _ in lst:
+        while ends:
+            end = ends[-1]
+            if ts < end or (ndur == 0 and ts <= end):
+                break
+            ends.pop()
+        if not ends:
+            kept.append(i)
+        ends.append(ts - ndur)
+
+
+def _leaves(lst: list, kept: list) -> None:
+    """Append the indexes of the events of ``lst`` (sorted) that contain no other event."""
+    stack: list[list] = []  # [end, index, has_child]
+    for ts, ndur, i, _, _ in lst:
+        while stack:
+            end = stack[-1][0]
+            if ts < end or (ndur == 0 and ts <= end):
+                break
+            done = stack.pop()
+            if not done[2]:
+                kept.append(done[1])
+        if stack:
+            stack[-1][2] = True
+        stack.append([ts - ndur, i, False])
+    kept.extend(d[1] for d in stack if not d[2])
+
+
 def _same_calls(path: str, events: list, kept: list[int]) -> list[tuple]:
-    """Identical calls grouped under one cheap text key: ``[(event, index, count), ...]``."""
-    groups: dict = {}
-    no_shapes = 0
-    for i in kept:
-        e = events[i]
-        a = e.get("args")
-        if a.__class__ is not dict or "Input Dims" not in a or "Input type" not in a:
-            no_shapes += 1
-            key = (e["name"], None)
-        else:
-            # marshal version 2 (no back-references) is a canonical byte string of these
-            # lists, ~4x cheaper than repr(); 1 and 1.0, True and 1 stay distinct.
-            key = (e["name"], marshal.dumps((a["Input type"], a["Input Dims"], a.get("Input Strides"),
-                                             a.get("Concrete Inputs")), 2))
-        g = groups.get(key)
-        if g is None:
-            groups[key] = [e, i, 1]
-        else:
-            g[2] += 1
+    """Identical calls grouped: ``[(name, index, count, columns), ...]`` (see :func:`_group`).
+
+    First by the raw text of the columns (cheap: nothing decoded), then the first event of each
+    text decoded and keyed by value, so that texts of one value (``1.0`` and ``1.00``) merge.
+    """
+    names_keys = [(e.name, _text_key(e.args)) for e in map(events.__getitem__, kept)]
+    by_text = Counter(names_keys)  # in first-occurrence order
+    first = dict(zip(reversed(names_keys), reversed(kept)))  # the earliest index wins
+    no_shapes = sum(n for (_, key), n in by_text.items() if key is None)
     if kept and no_shapes == len(kept):
         raise TraceFormatError(
             f"{path}: no operator event has 'Input Dims': the trace was recorded without shapes; "
             "profile with torch.profiler.profile(record_shapes=True) and export it again"
         )
+    groups: dict = {}
+    for (name, key), count in by_text.items():
+        i = first[name, key]
+        cols = None if key is None else _columns(path, events[i].args)
+        value_key = (name, None if cols is None else _marshal_key(cols))
+        g = groups.get(value_key)
+        if g is None:
+            groups[value_key] = [name, i, count, cols]
+        else:
+            g[2] += count
     return [tuple(g) for g in groups.values()]
+
+
+def _text_key(a) -> bytes | None:
+    """A cheap key of an event's argument columns (None: no shapes)."""
+    if a.__class__ is _Args:
+        # JSON text never holds a NUL byte: the join is unambiguous
+        return b"\0".join((a.types, a.dims, a.strides, a.concrete)) if a.types and a.dims else None
+    if a.__class__ is dict and "Input Dims" in a and "Input type" in a:
+        return _marshal_key(_plain_columns(a))
+    return None
+
+
+def _marshal_key(cols: tuple) -> bytes:
+    # marshal version 2 (no back-references) is a canonical byte string of these lists,
+    # ~4x cheaper than repr(); 1 and 1.0, True and 1 stay distinct.
+    return marshal.dumps(cols, 2)
+
+
+def _plain_columns(a: dict) -> tuple:
+    return a["Input type"], a["Input Dims"], a.get("Input Strides"), a.get("Concrete Inputs")
+
+
+def _columns(path: str, a) -> tuple:
+    """(types, dims, strides, concrete) of an event with shapes, decoded."""
+    if a.__class__ is not _Args:
+        return _plain_columns(a)
+    return tuple(raw_value(r, path, "Kineto trace", _FIX) if r else None
+                 for r in (a.types, a.dims, a.strides, a.concrete))
 
 
 def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options) -> Iterator[dict]:
@@ -333,17 +431,14 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options)
         except (TypeError, AttributeError, KeyError, IndexError) as err:
             # Valid JSON in the wrong shape (a hand-edited or foreign file).
             raise TraceFormatError(f"{path}: malformed Kineto trace ({type(err).__name__}: {err}); {_FIX}") from None
-    for e, i, count in groups:
-        name = e["name"]
+    for name, i, count, cols in groups:
         where = f"{path}:event {i}"
-        a = e.get("args")
-        if a.__class__ is not dict or "Input Dims" not in a or "Input type" not in a:
+        if cols is None:
             yield {"type": "skipped", "where": where, "op": name, "count": count,
                    "reason": "event has no input shapes (Input Dims / Input type)"}
             continue
         try:
-            res = _convert(name, (a["Input type"], a["Input Dims"], a.get("Input Strides"),
-                                  a.get("Concrete Inputs")))
+            res = _convert(name, cols)
         except (TypeError, ValueError, IndexError, KeyError, AttributeError) as err:
             raise TraceFormatError(
                 f"{path}: event {i} ({name}): malformed arguments ({err}); the trace is corrupt: {_FIX}"

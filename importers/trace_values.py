@@ -14,6 +14,7 @@ import math
 import zlib
 from typing import Any
 
+import msgspec
 import orjson
 
 from casedb.errors import InputError
@@ -132,19 +133,64 @@ def tensor_input(type_name: str, shape, stride=None, storage_offset: int = 0) ->
 def load_json(path, what: str, fix: str, max_bytes: int | None = None) -> Any:
     """Read a ``.json`` / ``.json.gz`` file (a regular file, size-capped: :mod:`importers.files`);
     a truncated or corrupt one raises TraceFormatError."""
-    path = str(path)
+    return _decode(_read(path, fix, max_bytes), str(path), what, fix)
+
+
+def load_typed(path, decoder: msgspec.json.Decoder, what: str, fix: str,
+               max_bytes: int | None = None) -> tuple[Any, bool]:
+    """Like :func:`load_json`, decoding with ``decoder`` (msgspec Structs of the fields an
+    importer reads: the rest is checked as JSON and skipped, never built). Returns
+    ``(value, True)``, or ``(load_json's value, False)`` for what the typed decoder refuses
+    (another shape, NaN, bad JSON: the stdlib's reading and error messages)."""
+    raw = _read(path, fix, max_bytes)
+    if _utf8(raw):
+        try:
+            return decoder.decode(raw), True
+        except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError included
+            pass
+    return _decode(raw, str(path), what, fix), False
+
+
+def raw_value(raw: msgspec.Raw, path, what: str, fix: str) -> Any:
+    """One field kept as raw JSON by :func:`load_typed`, read as the stdlib reads it (numbers out
+    of the double range, integers over 64 bits, the stdlib's limit on digits)."""
     try:
-        raw = read_bytes(path, max_bytes)
+        return msgspec.json.decode(raw)
+    except (ValueError, RecursionError):
+        return _stdlib(bytes(raw), str(path), what, fix)
+
+
+def _utf8(raw: bytes | bytearray) -> bool:
+    """True if ``raw`` is UTF-8 (msgspec does not check the strings it skips; the stdlib refuses)."""
+    if raw.isascii():
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read(path, fix: str, max_bytes: int | None) -> bytes | bytearray:
+    try:
+        return read_bytes(path, max_bytes)
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise TraceFormatError(
             f"{path}: the gzip data is truncated or corrupt ({e}); {fix}"
         ) from None
+
+
+def _decode(raw: bytes | bytearray, path: str, what: str, fix: str) -> Any:
     try:
         return orjson.loads(raw)  # 2-3x the stdlib's speed: a big trace's import is mostly decoding
     except orjson.JSONDecodeError:
-        pass
-    # what orjson refuses the stdlib may read (NaN, Infinity, integers over 64 bits, lone
-    # surrogates): bad input takes the stdlib's path, for its reading and its error messages
+        # what orjson refuses the stdlib may read (NaN, Infinity, lone surrogates): bad input
+        # takes the stdlib's path, for its reading and its error messages. (orjson reads an
+        # integer over 64 bits as a float; load_typed's decoder keeps it exact.)
+        return _stdlib(raw, path, what, fix)
+
+
+def _stdlib(raw: bytes | bytearray, path: str, what: str, fix: str) -> Any:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as e:
