@@ -182,3 +182,11 @@ def test_compare_shipped_needs_their_file_and_a_shipped_model(cli):
     assert result.exit_code == 2 and "give --compare FILE" in result.stderr
     result = cli("scan", "no-such-model", "--compare", OPS, "--shipped")
     assert result.exit_code == 2 and "no shipped manifest has model 'no-such-model'" in result.stderr
+
+
+def test_scan_new_cases_writes_the_version_manifest(cli, tmp_path):
+    out = cli.json("scan", _recipe(tmp_path), "--device", "cpu", "-o", tmp_path / "m.jsonl",
+                   "--new-cases", tmp_path / "m@transformers-x.yaml")
+    written = out["new_cases"]
+    assert (written["model"], written["new"], written["already_shipped"]) == ("m", written["scanned"], 0)
+    assert written["scanned"] > 0 and len(_manifest_cases(tmp_path / "m@transformers-x.yaml")) == written["new"]

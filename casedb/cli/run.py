@@ -70,6 +70,11 @@ def scan_cmd(
     err_console.print(f"{summary['model']}: {summary['unique_calls']} unique calls of {summary['ops']} ops "
                       f"({summary['calls']} calls, {summary['skipped']} skipped) in {summary['seconds']} s "
                       f"-> {summary['output']}", highlight=False)
+    _print_written(summary)
+
+
+def _print_written(summary: dict) -> None:
+    """What ``casedb scan`` wrote besides the scan: the import, the version manifest."""
     if "import" in summary:
         t = summary["import"]
         err_console.print(f"imported: {t['new_cases']} new cases, {t['duplicates']} duplicates", highlight=False)

@@ -10,7 +10,9 @@ are such code. On the CPU the same recording runs on a model with real, small ra
   least :data:`KEEP_LAYERS`: the layers of one kind make the same calls, so the unique cases
   are those of the full model, at full width (the shapes are the real ones);
 * **bounded** (:func:`check_memory`): the shrunk model is first built on the meta device and
-  refused above :data:`MAX_CPU_BYTES` of parameters and buffers, naming its size;
+  refused above :data:`MAX_CPU_BYTES` of parameters and buffers, naming its size; one model is
+  held at a time. The forward's own tensors come on top (transformers 5.2's Mamba2 torch path
+  makes a few GB per chunk: granite4h's scan peaks at 10.7 GB RSS);
 * **seeded**: weights from the model's own initialisation after ``torch.manual_seed(0)``; the
   inputs a meta scan leaves without values (pixels, audio features) drawn from a seeded normal
   (:func:`real_inputs`);
@@ -34,7 +36,7 @@ from casedb.scan.config import ScanError
 
 DEVICES = ("meta", "cpu")
 KEEP_LAYERS = 2
-MAX_CPU_BYTES = 8 << 30  # granite-4.0-h-small shrunk: 2 layers of 72 experts at 4096 wide, ~4.6 GB in bf16
+MAX_CPU_BYTES = 8 << 30  # granite-4.0-h-small shrunk (2 layers of 72 experts, 4096 wide): ~4 GB in bf16
 _LAYER_COUNTS = ("num_hidden_layers", "num_layers")
 SEED = 0
 

@@ -215,6 +215,8 @@ def _scan(recipe: Recipe, level: str, phases: tuple, paths: list, doc: dict, dev
         path_started = time.perf_counter()
         key = (p.attention, p.experts)
         if key not in models:
+            if device != "meta":
+                models.clear()  # one real model at a time: the memory bound is per model
             models[key] = _build(recipe, p, doc, device)
         model = models[key]
         # The eager experts loop over the experts a routing hits: it needs real routing values. On
@@ -232,7 +234,7 @@ def _scan(recipe: Recipe, level: str, phases: tuple, paths: list, doc: dict, dev
                 if "decode" in phases and recipe.kind not in NO_DECODE:
                     _forward(model, decode_inputs(recipe, model, out, p, prefill), recorder, record=True, path=p)
         runs.append((p, recorder, time.perf_counter() - path_started))
-    model = models[(paths[0].attention, paths[0].experts)]
+    model = next(iter(models.values()))  # the header reads its config (every path's model has it)
     provenance = bool(recipe.matrix or recipe.alone)
     header = _header(recipe, level, phases, model, paths, runs)
     if provenance:
