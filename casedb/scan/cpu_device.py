@@ -8,7 +8,9 @@ are such code. On the CPU the same recording runs on a model with real, small ra
 * **depth shrunk** (:func:`shrink`): each config (and nested config) keeps the first layer of
   every kind its per-layer lists name (``layer_types``: one Mamba2, one attention layer), at
   least :data:`KEEP_LAYERS`: the layers of one kind make the same calls, so the unique cases
-  are those of the full model, at full width (the shapes are the real ones);
+  are those of the full model, at full width (the shapes are the real ones). A config that
+  names layers by index elsewhere breaks when cut (LLaVA-Next's ``vision_feature_layer``:
+  granite-vision's CPU scan fails with an IndexError in ``get_image_features``);
 * **bounded** (:func:`check_memory`): the shrunk model is first built on the meta device and
   refused above :data:`MAX_CPU_BYTES` of parameters and buffers, naming its size; one model is
   held at a time. The forward's own tensors come on top (transformers 5.2's Mamba2 torch path
