@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from casedb.cli.common import app, console, emit_json, err_console, fail, open_db, state
-from casedb.errors import CasedbError
+from casedb.errors import CasedbError, InputError
 from casedb.run.runspec import SAME, field_default, negative, spec_fields
 
 @app.command("scan")
@@ -30,6 +30,12 @@ def scan_cmd(
                                                         "ops each runtime choice alone brings."),
     compare: Optional[Path] = typer.Option(None, "--compare", help="Another tracer's ops for the same model (a v2 "
                                            "or v1 YAML, or an op list): the ops each side lacks, and coverage %."),
+    device: str = typer.Option("meta", "--device", help="meta (full size, no data) or cpu (depth-shrunk, real "
+                                                        "seeded weights: for model code that reads values)."),
+    shipped: bool = typer.Option(False, "--shipped", help="With --compare: compare the model's shipped manifests "
+                                                          "(its manifest and version manifests) instead of a scan."),
+    new_cases: Optional[Path] = typer.Option(None, "--new-cases", help="Write the scan's cases that no shipped "
+                                             "manifest of the model holds to this manifest (a version manifest)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable summary."),
 ):
     """Build a model from its config on the meta device and record every operator call, along
@@ -38,10 +44,12 @@ def scan_cmd(
 
     from casedb.scan.scanner import PHASES, scan_command
 
+    if shipped:
+        return _compare_shipped(model, compare, as_json)
     try:
         with (open_db() if do_import else nullcontext()) as store:
             summary = scan_command(model, output=output, level=level, phases=phase or PHASES, arch=arch, store=store,
-                                   path=path, report=report, compare=compare)
+                                   path=path, report=report, compare=compare, device=device, new_cases=new_cases)
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -62,9 +70,39 @@ def scan_cmd(
     err_console.print(f"{summary['model']}: {summary['unique_calls']} unique calls of {summary['ops']} ops "
                       f"({summary['calls']} calls, {summary['skipped']} skipped) in {summary['seconds']} s "
                       f"-> {summary['output']}", highlight=False)
+    _print_written(summary)
+
+
+def _print_written(summary: dict) -> None:
+    """What ``casedb scan`` wrote besides the scan: the import, the version manifest."""
     if "import" in summary:
         t = summary["import"]
         err_console.print(f"imported: {t['new_cases']} new cases, {t['duplicates']} duplicates", highlight=False)
+    if "new_cases" in summary:
+        n = summary["new_cases"]
+        err_console.print(f"new cases: {n['new']} of {n['scanned']} ({n['already_shipped']} already shipped) -> "
+                          f"{n['file']}", highlight=False)
+
+
+def _compare_shipped(model: str, compare: Optional[Path], as_json: bool) -> None:
+    """``casedb scan MODEL --compare FILE --shipped``: their ops against the model's shipped cases."""
+    from casedb.scan.compare import markdown
+    from casedb.scan.versions import shipped_command
+
+    if compare is None:
+        fail(InputError("--shipped compares the shipped manifests with their ops: give --compare FILE"))
+    try:
+        summary = shipped_command(model, compare)
+    except CasedbError as e:
+        fail(e)
+    if as_json:
+        emit_json(summary)
+        return
+    console.print(markdown(summary["model"], str(compare), summary["compare"]), markup=False, highlight=False,
+                  soft_wrap=True)
+    brought = ", ".join(summary["compare"]["from_version_manifests"]) or "none"
+    err_console.print(f"{summary['model']}: {summary['cases']} shipped cases in {', '.join(summary['shipped'])}; "
+                      f"ops only version manifests bring: {brought}", highlight=False)
 
 
 # ------------------------------------------------------------------------------- run / repro

@@ -163,8 +163,9 @@ def blob_tensor(data: bytes, dtype: str, shape: list[int]):
     return blobs.decode(data, shape, torch_dtype(dtype))
 
 
-def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
-    """The manifest of `model` as a Python structure ready for YAML."""
+def manifest(store: Store, model: str, out_path: Path | None = None,
+             keep: Callable[[dict], bool] | None = None) -> dict:
+    """The manifest of `model` as a Python structure ready for YAML (only the occurrences `keep` keeps)."""
     m = store.model(model)
     defaults = {k: v for k, v in (store.models_defaults(m["name"]) or {}).items()}
     writer = _Writer(store, out_path)
@@ -177,6 +178,8 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
                           for k in DEFAULT_KEYS if k in defaults}
     cases = []
     for occ in store.occurrences([m["name"]], markexpr=""):
+        if keep is not None and not keep(occ):
+            continue
         case_dtype = occ["declared_dtype"] or defaults.get("dtype") or "float32"
         c: dict = {"name": occ["name"], "op": occ["op"]}
         if occ["attrs"]:
@@ -212,11 +215,12 @@ def manifest(store: Store, model: str, out_path: Path | None = None) -> dict:
     return doc
 
 
-def write_yaml(store: Store, model: str, out: IO[str], out_path: Path | None = None) -> int:
-    doc = manifest(store, model, out_path)
+def write_yaml(store: Store, model: str, out: IO[str], out_path: Path | None = None,
+               keep: Callable[[dict], bool] | None = None, note: str = "") -> int:
+    doc = manifest(store, model, out_path, keep)
     # the name is data: written as a YAML scalar, and nothing in it can end the comment
     header = (f"casedb manifest for {yaml_scalar(doc['model'])} ({len(doc['cases'])} cases), RFC-0186 schema.\n"
-              f"Derived marks ({', '.join(marks_mod.DERIVED)}) are recomputed on import.")
+              f"Derived marks ({', '.join(marks_mod.DERIVED)}) are recomputed on import." + note)
     out.writelines(yaml_comment(header, width=None))
     yaml.dump(doc, out, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
     return len(doc["cases"])

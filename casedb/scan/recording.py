@@ -84,10 +84,12 @@ def _site_roots():
 class Recorder:
     """Collects calls from the torch-level and aten-level modes into deduplicated records."""
 
-    def __init__(self, level: str, model: str | None = None, balanced_routing: bool = False):
+    def __init__(self, level: str, model: str | None = None, balanced_routing: bool = False,
+                 routing_devices: tuple = ("meta",)):
         self.level = level
         self.model = model
         self.balanced_routing = balanced_routing
+        self.routing_devices = routing_devices  # the top-k inputs balanced: meta (no values), cpu (random weights)
         # Functions seen failing on CPU tensors meeting meta ones: later calls move them first (a
         # failed call costs ~25x a meta call; the eager experts loop makes thousands of index_add_).
         self.one_device: set = set()
@@ -319,7 +321,7 @@ _TOPK = {torch.topk, torch.Tensor.topk}
 def _call(rec: "Recorder", func, args, kwargs):
     """``func(*args, **kwargs)`` as the scan runs it: balanced routing on request, and a CPU
     control tensor meeting meta tensors in an op that needs one device moves to meta."""
-    if rec.balanced_routing and func in _TOPK and args and args[0].device.type == "meta":
+    if rec.balanced_routing and func in _TOPK and args and args[0].device.type in rec.routing_devices:
         return _balanced_topk(args[0], func(*args, **kwargs))
     if func in rec.one_device:
         moved = _meta_if_mixed(args, kwargs)

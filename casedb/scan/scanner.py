@@ -75,6 +75,7 @@ import torch
 
 from casedb.cases import dtypes
 from casedb.scan import config as scan_config
+from casedb.scan import cpu_device
 from casedb.scan.config import ScanError
 from casedb.scan.inputs import decode_inputs, prefill_inputs  # noqa: F401 (bench_scan)
 from casedb.scan.expert_parallel import one_rank
@@ -129,20 +130,22 @@ DEFAULT_OUT_DIR = Path("data") / "scans"
 
 def scan_command(model: str, *, output: str | Path | None = None, level: str = "torch", phases=PHASES,
                  arch: str | None = None, store=None, path: str | None = None, report: bool = False,
-                 compare: str | Path | None = None) -> dict:
+                 compare: str | Path | None = None, device: str = "meta",
+                 new_cases: str | Path | None = None) -> dict:
     """What ``casedb scan`` does: scan (every path of the recipe, or ``path``), write the scan JSONL
     (to ``output``, default ``data/scans/<model>-<level>.jsonl``) and, given an open ``store``,
     import that file.
 
     Returns a summary dict (unique calls, ops, seconds, per-path figures, the file, the import
     report, with ``report`` the coverage report of :mod:`casedb.scan.report`, and with ``compare``
-    (a file of another tracer's ops) the comparison of :mod:`casedb.scan.compare`).
+    (a file of another tracer's ops) the comparison of :mod:`casedb.scan.compare`; with
+    ``new_cases``, the version manifest of :mod:`casedb.scan.versions` written there).
     """
     if compare is not None:
         from casedb.scan import compare as scan_compare
 
         theirs = scan_compare.read_ops(compare)  # a bad file fails before the scan's minutes
-    result = scan(model, level=level, phases=phases, arch=arch, path=path)
+    result = scan(model, level=level, phases=phases, arch=arch, path=path, device=device)
     out = Path(output) if output else DEFAULT_OUT_DIR / f"{result.header['model']}-{level}.jsonl"
     result.write(out)
     summary = {**result.summary(), "output": str(out), "dropped": result.header["dropped"]}
@@ -150,6 +153,10 @@ def scan_command(model: str, *, output: str | Path | None = None, level: str = "
         from casedb.ingest.save import import_paths
 
         summary["import"] = import_paths(store, [out]).totals()
+    if new_cases is not None:
+        from casedb.scan.versions import write_version_manifest
+
+        summary["new_cases"] = write_version_manifest(out, new_cases)
     if report:
         from casedb.scan.report import coverage
 
@@ -162,9 +169,10 @@ def scan_command(model: str, *, output: str | Path | None = None, level: str = "
 # ---------------------------------------------------------------------------------- scanning
 
 def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, arch: str | None = None,
-         path: str | None = None) -> ScanResult:
+         path: str | None = None, device: str = "meta") -> ScanResult:
     """Scan a model (a Recipe, a recipe name or path, or a config.json) along every path of its
-    recipe (or the one named ``path``) and return the union of the records."""
+    recipe (or the one named ``path``) and return the union of the records. ``device="cpu"``: the
+    depth-shrunk model on real CPU tensors (casedb.scan.cpu_device)."""
     started = time.perf_counter()
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, arch)
@@ -174,26 +182,51 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
     bad = [p for p in phases if p not in PHASES]
     if bad or not phases:
         raise ScanError(f"unknown phase {', '.join(bad) or '(none)'}; choose from {', '.join(PHASES)}")
-    paths = recipe.paths()
-    if path is not None:
-        chosen = [p for p in paths if p.name == path]
-        if not chosen:
-            raise ScanError(f"{recipe.model} has no path {path!r}; its paths: {', '.join(p.name for p in paths)}",
-                            where=recipe.source)
-        paths = chosen
+    if device not in cpu_device.DEVICES:
+        raise ScanError(f"unknown device {device!r}; choose one of {', '.join(cpu_device.DEVICES)}")
     doc = scan_config.check(recipe.config)  # before transformers reads it
+    if device == "meta":
+        return _scan(recipe, level, phases, _chosen(recipe, recipe.paths(), path), doc, device, started)
+    with cpu_device.shrunk_recipe(recipe, doc) as (small, small_doc, notes):
+        paths, unsupported = cpu_device.supported_paths(recipe.paths(), _model_class(small))
+        result = _scan(small, level, phases, _chosen(recipe, paths, path), small_doc, device, started)
+    result.header.update(config=display_path(recipe.config), device=device, shrunk=notes,
+                         unsupported_paths=unsupported)
+    return result
+
+
+def _chosen(recipe: Recipe, paths: list, path: str | None) -> list:
+    """The recipe's paths, or the one named ``path``."""
+    if path is None:
+        return paths
+    chosen = [p for p in paths if p.name == path]
+    if not chosen:
+        raise ScanError(f"{recipe.model} has no path {path!r}; its paths: {', '.join(p.name for p in paths)}",
+                        where=recipe.source)
+    return chosen
+
+
+def _scan(recipe: Recipe, level: str, phases: tuple, paths: list, doc: dict, device: str,
+          started: float) -> ScanResult:
+    """Every path of ``paths``, each in its own recorder, and the union of their records."""
     models: dict = {}
     runs = []
     for p in paths:
         path_started = time.perf_counter()
         key = (p.attention, p.experts)
         if key not in models:
-            models[key] = _build(recipe, p, doc)
+            if device != "meta":
+                models.clear()  # one real model at a time: the memory bound is per model
+            models[key] = _build(recipe, p, doc, device)
         model = models[key]
-        # The eager experts loop over the experts a routing hits: it needs real routing values.
-        recorder = Recorder(level, recipe.model, balanced_routing=p.experts == "eager")
+        # The eager experts loop over the experts a routing hits: it needs real routing values. On
+        # the CPU, random weights would route unevenly: a linear per expert and token count.
+        recorder = Recorder(level, recipe.model, balanced_routing=p.experts == "eager" or device == "cpu",
+                            routing_devices=cpu_device.DEVICES if device == "cpu" else ("meta",))
         with torch.no_grad():
             prefill = prefill_inputs(recipe, model, p)
+            if device == "cpu":
+                prefill = cpu_device.with_generate_cache(model, cpu_device.real_inputs(prefill))
             with one_rank(model, p.expert_ranks, recipe.source):
                 with _experts(model, DECODE_EXPERTS.get(p.experts)):
                     out = _forward(model, prefill, recorder, record="prefill" in phases, path=p,
@@ -201,7 +234,7 @@ def scan(recipe: Recipe | str | Path, *, level: str = "torch", phases=PHASES, ar
                 if "decode" in phases and recipe.kind not in NO_DECODE:
                     _forward(model, decode_inputs(recipe, model, out, p, prefill), recorder, record=True, path=p)
         runs.append((p, recorder, time.perf_counter() - path_started))
-    model = models[(paths[0].attention, paths[0].experts)]
+    model = next(iter(models.values()))  # the header reads its config (every path's model has it)
     provenance = bool(recipe.matrix or recipe.alone)
     header = _header(recipe, level, phases, model, paths, runs)
     if provenance:
@@ -267,11 +300,16 @@ def _union(runs: list[tuple[str, list[dict]]], provenance: bool) -> list[dict]:
     return list(merged.values())
 
 
-def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = None):
-    """The model at full size on the meta device, in eval mode, in the recipe's dtype, with the
-    path's attention and expert implementations. No code of the config runs (trust_remote_code
-    is off, stdin closed to any prompt) and the model's size is bounded (casedb.scan.config)."""
+def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = None, device: str = "meta"):
+    """The model at full size on the meta device (or on the CPU, with seeded weights, within
+    cpu_device's bound), in eval mode, in the recipe's dtype, with the path's attention and
+    expert implementations. No code of the config runs (trust_remote_code is off, stdin closed
+    to any prompt) and the model's size is bounded (casedb.scan.config)."""
     import transformers
+
+    if device != "meta":
+        cpu_device.check_memory(_build(recipe, path, doc), recipe.source)
+        torch.manual_seed(cpu_device.SEED)
     from huggingface_hub.errors import StrictDataclassError  # a config value of the wrong type
 
     transformers.logging.set_verbosity_error()
@@ -291,12 +329,12 @@ def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = No
     if path is not None and path.attention:
         kwargs["attn_implementation"] = path.attention
     if path is not None and path.experts:
-        if not cls._can_set_experts_implementation():
+        if not getattr(cls, "_can_set_experts_implementation", lambda: False)():
             raise ScanError(f"{recipe.arch} has no expert implementations to choose from; drop the experts axis",
                             where=recipe.source)
         kwargs["experts_implementation"] = path.experts
     try:
-        with torch.device("meta"), _no_stdin():
+        with torch.device(device), _no_stdin():
             # what the Auto classes' from_config calls: sets the dtype and attention implementation
             model = cls._from_config(config, dtype=dtype, **kwargs)
     except (ValueError, ImportError) as e:
@@ -366,7 +404,8 @@ def _forward(model, kwargs: dict, recorder: "Recorder", record: bool, path: "Sca
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
         on = f" on path {path.name}" if path is not None and path.name != "default" else ""
         raise ScanError(
-            f"the forward pass of {type(model).__name__} failed on the meta device{on}: {type(e).__name__}: {e}"
+            f"the forward pass of {type(model).__name__} failed on the {model.device.type} device{on}: "
+            f"{type(e).__name__}: {e}"
             f" (at {recorder.last_site or 'unknown location'})"
         ) from e
     finally:
