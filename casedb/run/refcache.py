@@ -85,30 +85,28 @@ def code_version(files: tuple = _CODE) -> str:
     return _code_versions[files]
 
 
-def environment() -> dict:
-    """What, besides the case, decides a CPU reference's bits."""
+def environment(inputs_only: bool = False) -> dict:
+    """What, besides the case, decides a CPU reference's bits; ``inputs_only``: its inputs' bits
+    (not the threads: they split a reduction, not a draw)."""
     import torch
 
-    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "code": code_version(), "format": FORMAT}
+    env = {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(), "format": FORMAT}
+    if inputs_only:
+        return {**env, "code": code_version(_INPUT_CODE)}
+    return {**env, "threads": torch.get_num_threads(), "code": code_version()}
 
 
 def key(case: dict, part: str, dtype: str | None = None) -> str:
-    """The entry name of ``part`` ("reference" or "hi") of ``case`` computed in ``dtype``."""
-    text = json.dumps({"case": case, "part": part, "dtype": dtype, "env": environment()},
-                      sort_keys=True, default=str)
+    """The entry name of ``part`` ("reference", "hi" or "inputs") of ``case`` computed in ``dtype``."""
+    env = environment(inputs_only=part == "inputs")
+    text = json.dumps({"case": case, "part": part, "dtype": dtype, "env": env}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def input_key(case: dict) -> str:
-    """The entry name of ``case``'s cached inputs: its content and seed, torch, the CPU capability
-    and the input-building code (not the threads or the reference dtype: they do not change them)."""
-    import torch
-
-    env = {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
-           "code": code_version(_INPUT_CODE), "format": FORMAT}
-    text = json.dumps({"case": case, "part": "inputs", "env": env}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The entry name of ``case``'s cached inputs (not keyed by threads or reference dtype: they
+    do not change them)."""
+    return key(case, "inputs")
 
 
 # ------------------------------------------------------------------------------------ encoding
@@ -217,39 +215,38 @@ class ReferenceCache:
         self.corrupt += 1
         self._remove(path)
 
-    def load(self, name: str) -> dict | None:
-        """The entry ``name``, or None (a miss; a corrupt entry is deleted)."""
-        path = self._path(name)
-        try:
-            data = path.read_bytes()
-        except OSError:
-            self.misses += 1
+    def _fetch(self, path: Path, read, corrupt: type[Exception]):
+        """``read(path)``, or None: a miss when there is no file, and a corrupt one (``corrupt``
+        raised) is deleted."""
+        if not path.is_file():
             return None
         try:
-            value = loads(data)
-        except ValueError:
-            self.misses += 1
+            value = read(path)
+        except corrupt:
             self._bad(path)
             return None
+        except OSError:
+            return None
         self._used(path)
-        self.hits += 1
+        return value
+
+    def load(self, name: str) -> dict | None:
+        """The entry ``name``, or None (a miss; a corrupt entry is deleted)."""
+        value = self._fetch(self._path(name), lambda p: loads(p.read_bytes()), ValueError)
+        if value is None:
+            self.misses += 1
+        else:
+            self.hits += 1
         return value
 
     def load_inputs(self, name: str) -> list | None:
         """The cached inputs ``name`` (:func:`casedb.run.inputcache.read`), or None (a miss; a
         corrupt file is deleted)."""
-        path = self._path(name, inputcache.SUFFIX)
-        if not path.is_file():
+        bases = self._fetch(self._path(name, inputcache.SUFFIX), inputcache.read, inputcache.Corrupt)
+        if bases is None:
             self.inputs_misses += 1
-            return None
-        try:
-            bases = inputcache.read(path)
-        except inputcache.Corrupt:
-            self.inputs_misses += 1
-            self._bad(path)
-            return None
-        self._used(path)
-        self.inputs_hits += 1
+        else:
+            self.inputs_hits += 1
         return bases
 
     def prepare_inputs(self, case: dict, load_blob=None) -> tuple:

@@ -92,12 +92,13 @@ def write_version_manifest(scan_file: str | Path, out: str | Path | None = None,
             occurrences = scanned.occurrences([model], markexpr="")
             total = len(occurrences)
             repeats = index_repeats(occurrences) - known
+            drop = known | repeats
             paths = ", ".join(p["name"] for p in header.get("paths", [])) or "default"
             note = (f"\nCases of a scan under transformers {header['transformers']} (torch {header['torch']}, device "
                     f"{header.get('device', 'meta')}, paths: {paths}) that no other shipped manifest of {model} holds: "
                     f"{', '.join(p.name for p in base) or 'none'}.")
             written = export.write_file(out, lambda f, p: export.write_yaml(
-                scanned, model, f, p, keep=lambda occ: occ["signature"] not in known | repeats, note=note))
+                scanned, model, f, p, keep=lambda occ: occ["signature"] not in drop, note=note))
     return {"model": model, "file": display_path(out), "scanned": total, "new": written,
             "already_shipped": total - written - len(repeats), "index_repeats": len(repeats),
             "transformers": header["transformers"], "base": [str(p) for p in base]}
