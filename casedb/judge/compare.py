@@ -5,7 +5,8 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
 
 * structure, then per tensor shape, then dtype (``check_dtype``), then
 * ``mode="values"``: floating/complex elements match when ``|a - b| <= atol + rtol * |b|``
-  (``a`` target, ``b`` reference — torch.testing's rule); NaN matches NaN, an infinity matches
+  (``a`` target, ``b`` reference — torch.testing's rule; ``max(|b|, hi_mag)`` for ``|b|`` given a
+  summing op's ``hi_mag``); NaN matches NaN, an infinity matches
   the same infinity; integer and bool tensors must be equal. Reported: ``max_abs_err`` and
   ``max_rel_err`` (over elements finite on both sides; relative where the reference is
   nonzero), ``mismatch_count`` of ``numel``, and ``nan_inf_mismatch`` when a NaN/inf on one
@@ -14,9 +15,8 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   (the same call in float32/float64) in ULPs of the output dtype, and the target fails when its
   error exceeds ``ulp_k`` times the low-precision reference's own error, or ``ulp_floor`` ULPs,
   whichever is larger (a ULP here is the dtype's spacing at ``max(|hi|, max|hi| / 64)``, so
-  near-zero elements of a tensor are measured at its scale, and, given ``hi_mag`` (the sum of an
-  accumulating op's terms' magnitudes, casedb.judge.numerics), no lower than ``hi_mag`` times float32's
-  epsilon over the dtype's). Without ``hi``, or when ``hi`` has no nonzero finite element (no
+  near-zero elements of a tensor are measured at its scale, and, given ``hi_mag`` (the error scale
+  of a summing op, casedb.judge.accumulation), at no less than ``hi_mag``). Without ``hi``, or when ``hi`` has no nonzero finite element (no
   scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and
   ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
@@ -371,7 +371,7 @@ def _tensor(ref: torch.Tensor, out: torch.Tensor, path: str, acc: _Acc, hi: torc
     if ulp:
         _ulp_values(ref, out, hi, top, mag, path, acc)
     elif ref.dtype.is_floating_point or ref.dtype.is_complex or out.dtype.is_floating_point or out.dtype.is_complex:
-        _float_values(ref, out, path, acc)
+        _float_values(ref, out, path, acc, _dense(mag) if mag is not None and mag.shape == ref.shape else None)
     else:
         _exact_values(ref, out, path, acc)
 
@@ -388,15 +388,17 @@ def _compute_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
     return torch.float64 if wide else torch.float32
 
 
-def _float_values(ref, out, path, acc: _Acc):
+def _float_values(ref, out, path, acc: _Acc, mag: torch.Tensor | None = None):
     ct = _compute_dtype(ref.dtype, out.dtype)
     rtol, atol = acc.tol(ref.dtype)
     bad, max_abs, max_rel, nan_inf = 0, 0.0, None, False
-    for r, o in flat_chunks(ref, out):
+    for r, o, *m in flat_chunks(ref, out, *(() if mag is None else (mag,))):
         b, a = r.to(ct), o.to(ct)
         diff = (a - b).abs()
         babs = b.abs()
-        close = diff <= babs * rtol + atol
+        # a summing op's error grows with its terms' magnitude (casedb.judge.accumulation)
+        scale = babs if not m else torch.maximum(babs, m[0].to(ct).nan_to_num(0.0, 0.0, 0.0))
+        close = diff <= scale * rtol + atol
         nz = babs > 0
         finite = torch.isfinite(a) & torch.isfinite(b)
         if not bool(finite.all()):

@@ -111,7 +111,7 @@ class Execution:
     reference: Any = None
     target: Any = None
     reference_hi: Any = None
-    reference_mag: Any = None                    # accumulating ops: the hi call on |inputs| (ULP scale)
+    reference_mag: Any = None                    # summing ops: their error scale (casedb.judge.accumulation)
     ref_error: ErrorInfo | None = None
     target_error: ErrorInfo | None = None
     ref_hi_error: ErrorInfo | None = None
@@ -153,7 +153,7 @@ class Execution:
         if key not in self._cache:
             self._cache[key] = compare(self.reference, self.target, rtol=rtol, atol=atol, mode=mode,
                                        tolerances=tolerances, hi=self.reference_hi if mode == "ulp" else None,
-                                       hi_mag=self.reference_mag if mode == "ulp" else None,
+                                       hi_mag=self.reference_mag,
                                        ulp_k=numerics.ULP_K, ulp_floor=numerics.ULP_FLOOR)
         return self._cache[key]
 

@@ -28,13 +28,15 @@ is a case whose upcast inputs would exceed ``HI_REFERENCE_BYTES``. The high-prec
 (its error is far below one of their ULPs) and float64 otherwise.
 
 Where the ULP judge counts ULPs: at each element's own magnitude, but no lower than the tensor's
-largest / 64 and, for ops that sum many terms (:data:`ACCUMULATING_OPS`: mean, sum, matmul,
-linear, einsum ...), no lower than the sum of the terms' magnitudes (the same call on ``|inputs|``
-in high precision) times float32's epsilon over the output's: a correct implementation's error
-grows with that sum, not with the result, which cancellation can make arbitrarily small (measured:
-inductor's CPU mean of 2880 centred float32 values is 396 ULPs off at the result's magnitude,
-eager's 49, and both are under 0.4 ULPs of the summands' mean). For bf16 and fp16 outputs that
-bound is 2^-16 or 2^-13 of the terms' sum, so their own rounding still decides.
+largest / 64 and, for ops that sum terms (matmuls, sums, convolutions, scatter-adds, softmax:
+:mod:`casedb.judge.accumulation`), no lower than their *error scale*: the magnitude a correct
+implementation's error grows with — the sum of the terms' magnitudes (the same call on
+``|inputs|`` in high precision), not the result, which cancellation can make arbitrarily small
+(measured: inductor's CPU mean of 2880 centred float32 values is 396 ULPs off at the result's
+magnitude, eager's 49, and both are under 0.4 ULPs of the summands' mean), widened with the
+number of terms and by the precision the op accumulates in. The tolerance judge measures such an
+op's relative error against the same scale. The module says how each is derived and what a
+correct GPU measured against it.
 """
 
 from __future__ import annotations
@@ -59,24 +61,8 @@ ULP_FLOOR = 4.0
 # The high-precision reference is skipped (the case is judged by tolerance) when its upcast
 # inputs would take more than this: a 100k-vocabulary embedding in float64 is 3 GiB.
 HI_REFERENCE_BYTES = 512 * 2**20
-# Ops whose every output element is a sum of many input terms (products of inputs): their ULP
-# scale reflects the terms' magnitude (see the module docstring). Names as cases spell them.
-ACCUMULATING_OPS = frozenset({
-    "torch.mean", "torch.Tensor.mean", "torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum",
-    "torch.cumsum", "torch.Tensor.cumsum", "torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__",
-    "torch.mm", "torch.Tensor.mm", "torch.bmm", "torch.Tensor.bmm", "torch.nn.functional.linear", "torch.einsum",
-    "torch.addmm", "torch.baddbmm", "torch._grouped_mm", "aten.mm", "aten.bmm", "aten.addmm", "aten.mean",
-    "aten.sum", "aten.linear"})
 RULE_KEYS = ("op", "name", "model", "signature", "device", "backend", "dtype", "rtol", "atol")
 _SELECTOR_KEYS = ("op", "name", "model", "signature", "device", "backend", "dtype")
-
-
-def accumulates(op: str) -> bool:
-    """Whether ``op`` (torch.mean, aten.mm.default, torch.ops.aten.mm ...) is in ACCUMULATING_OPS."""
-    name = op[len("torch.ops."):] if op.startswith("torch.ops.") else op
-    if name.startswith("aten."):
-        name = ".".join(name.split(".")[:2])  # the overload does not matter
-    return name in ACCUMULATING_OPS
 
 
 def default_tolerance(dtype: str) -> tuple[float, float]:

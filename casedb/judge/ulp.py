@@ -40,15 +40,14 @@ def ulp_top(hi: torch.Tensor) -> float:
 
 def ulp_scale(h: torch.Tensor, dtype: torch.dtype, top: float, m: torch.Tensor | None = None) -> torch.Tensor:
     """The spacing of ``dtype`` at each element of ``h`` (float64), measured at no less than the
-    tensor's largest magnitude ``top`` / ULP_SCALE_FLOOR nor, given ``m`` (the magnitudes of an
-    accumulating op's terms), ``m`` times the accumulation's epsilon over the dtype's."""
+    tensor's largest magnitude ``top`` / ULP_SCALE_FLOOR nor, given ``m``, at ``m`` (the error
+    scale of a summing op: casedb.judge.accumulation)."""
     info = torch.finfo(dtype)
     mag = h.abs()
     mag = mag.masked_fill(~torch.isfinite(mag), 1.0)
     if m is not None:
-        acc_eps = torch.finfo(torch.float32 if dtype.itemsize <= 4 else torch.float64).eps
-        m = m.to(torch.float64).abs()
-        mag = torch.maximum(mag, m.masked_fill(~torch.isfinite(m), 0.0) * (acc_eps / info.eps))
+        m = m.to(torch.float64)
+        mag = torch.maximum(mag, m.masked_fill(~torch.isfinite(m), 0.0))
     mag = torch.clamp(mag, min=max(top / ULP_SCALE_FLOOR, info.tiny))
     return info.eps * torch.exp2(torch.floor(torch.log2(mag)))
 

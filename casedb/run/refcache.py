@@ -48,7 +48,8 @@ _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _INPUT_CODE = ("cases/materialize.py", "cases/generators.py", "cases/value_ranges.py", "cases/dtypes.py",
                "cases/blobs.py", "run/inputcache.py")
 # ... and a cached reference: those inputs, their layout and how the reference is called
-_CODE = _INPUT_CODE + ("cases/presets.py", "cases/ops.py", "run/execute.py", "run/refcache.py")
+_CODE = _INPUT_CODE + ("cases/presets.py", "cases/ops.py", "run/execute.py", "run/refcache.py",
+                       "judge/accumulation.py", "judge/ties.py")
 
 
 class Uncacheable(Exception):

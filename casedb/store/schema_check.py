@@ -163,7 +163,8 @@ def _compare(actual: dict, expected: dict, casedb_names: set, *, views_recreated
         elif want[2] != sql and not (kind == "view" and views_recreated):
             problems.append(f"{kind} {name!r} is not defined as casedb defines it")
     for name, (kind, _, _) in expected.items():
-        if name not in actual:
+        # an older casedb had fewer views: a pending migration makes them
+        if name not in actual and not (kind == "view" and views_recreated):
             problems.append(f"casedb's {kind} {name!r} is missing")
     return problems
 

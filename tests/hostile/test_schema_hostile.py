@@ -127,6 +127,23 @@ def test_an_older_casedb_s_views_are_accepted_while_a_migration_recreates_them(t
     assert res.exit_code == 2 and "view 'latest_runs' is not defined as casedb defines it" in res.stderr
 
 
+
+def test_an_older_casedb_without_a_later_view_opens_and_gets_it(tmp_path, cli):
+    # a default DB made before m130 (seen: data/casedb.sqlite of an older checkout was refused)
+    import sqlite_utils
+
+    from casedb.store.migrations import migrations
+
+    db = tmp_path / "old.db"
+    migrations.apply(sqlite_utils.Database(db), stop_before="m130_occurrences_view")
+    write_sql(db, "DROP VIEW occurrences")
+    assert cli("stats", db=db).exit_code == 0
+    assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'occurrences'") == [{"name": "occurrences"}]
+    write_sql(db, "DROP VIEW occurrences")
+    res = cli("stats", db=db)  # nothing pending: a missing view is not casedb's schema
+    assert res.exit_code == 2 and "casedb's view 'occurrences' is missing" in res.stderr
+
+
 # ------------------------------------------------------------------------- terminal escapes
 
 ESC = "\x1b]52;c;cHduZWQ=\x07"  # OSC 52: set the clipboard

@@ -1,0 +1,50 @@
+"""Index outputs whose order among equal values an op leaves open.
+
+``sort`` and ``argsort`` without ``stable=True`` and ``topk`` may put the indices of equal
+values in any order: CUDA's radix sort of granite4h's expert ids (int64, many repeats) returns
+another order than the CPU's for 99 % of the elements, and both are right. Before a result is
+compared, :func:`canonical` puts the indices of each run of equal selected values (``input``
+gathered at the indices) in ascending order, on each side alike. Wrong indices stay wrong: an
+index that selects another value, a repeated or a missing index changes the sorted run. What
+stays open: ``topk``'s choice among values tied at its k-th place (the runs it holds differ).
+"""
+
+from __future__ import annotations
+
+import torch
+
+TIE_OPS = frozenset({"torch.sort", "torch.Tensor.sort", "torch.argsort", "torch.Tensor.argsort",
+                     "torch.topk", "torch.Tensor.topk"})
+_DIM = {"torch.topk": 2, "torch.Tensor.topk": 2}  # where dim is passed by position (else 1)
+
+
+def canonical(op: str | None, out, args, kwargs):
+    """``out`` with its indices in the canonical order (see the module docstring); ``out``
+    itself for other ops, stable sorts and anything unexpected."""
+    if op not in TIE_OPS or kwargs.get("stable") or not args or not isinstance(args[0], torch.Tensor):
+        return out
+    pos = _DIM.get(op, 1)
+    dim = kwargs.get("dim", args[pos] if len(args) > pos else -1)
+    argsort = op.endswith("argsort")
+    idx = out if argsort else out[1] if isinstance(out, tuple) and len(out) == 2 else None
+    x = args[0]
+    if not isinstance(idx, torch.Tensor) or not isinstance(dim, int) or idx.dim() != x.dim() or idx.dim() == 0:
+        return out
+    ordered = _ordered(x.gather(dim, idx), idx, dim)
+    if argsort:
+        return ordered
+    return type(out)((out[0], ordered)) if type(out) is not tuple else (out[0], ordered)
+
+
+def _ordered(values: torch.Tensor, idx: torch.Tensor, dim: int) -> torch.Tensor:
+    v, i = values.movedim(dim, -1), idx.movedim(dim, -1)
+    n = i.shape[-1]
+    starts = torch.ones(v.shape, dtype=torch.bool, device=v.device)
+    same = v[..., 1:] == v[..., :-1]
+    if v.is_floating_point() or v.is_complex():
+        same |= torch.isnan(v[..., 1:]) & torch.isnan(v[..., :-1])
+    starts[..., 1:] = ~same
+    run = torch.cumsum(starts.to(torch.int64), -1)
+    # runs keep their places (their numbers grow along the dim); within one, indices ascend
+    key = torch.sort(run * n + i.to(torch.int64), -1).values
+    return (key - run * n).to(idx.dtype).movedim(-1, dim)
