@@ -19,7 +19,7 @@ SPLIT_OPS = ("torch.Tensor.split", "torch.split", "torch.Tensor.split_with_sizes
              "torch.ops.aten.split", "torch.ops.aten.split_with_sizes")
 VIEW_OPS = ("torch.Tensor.view", "torch.Tensor.reshape", "torch.reshape", "torch.ops.aten.view",
             "torch.ops.aten.reshape", "torch.ops.aten._unsafe_view")
-# keyword names of the sizes and of the split dim
+# keyword names of the sizes (torch.split's, aten's, reshape's)
 _SIZE_NAMES = ("split_size", "split_size_or_sections", "split_sizes", "size", "shape")
 
 
@@ -39,15 +39,16 @@ def _fitting_sizes(c: Call):
             spec["data"] = values if isinstance(values, list) else [values]
 
 
-def _is_split(op: str) -> bool:
-    return any(op == name or op.startswith(name + ".") for name in SPLIT_OPS)
+def _is_one_of(op: str, names: tuple) -> bool:
+    """`op` is one of `names` or an overload of one (torch.ops.aten.split.Tensor)."""
+    return any(op == name or op.startswith(name + ".") for name in names)
 
 
 def _size_items(c: Call) -> list[tuple[str, dict | int, bool]] | None:
     """(label, tensor spec or int, given in a list) of each size: the positional arguments after
     the input (split's first one only: then comes its dim) and the keyword ones; None when one
     of them is no size (``view(dtype)``, a ``py`` literal)."""
-    last = 2 if _is_split(c.op) else len(c.inputs)
+    last = 2 if _is_one_of(c.op, SPLIT_OPS) else len(c.inputs)
     items = [(f"inputs[{i}]", item) for i, item in enumerate(c.inputs[1:last], start=1)]
     items += [(f"attrs.{name}", c.attrs[name]) for name in _SIZE_NAMES if name in c.attrs]
     out = []
@@ -69,7 +70,7 @@ def misfits(case: dict) -> list[str]:
     """Why the sizes of a split / view / reshape case cannot fit its input (pure): [] when they
     fit, or when they are not all sizes or not all readable (values in a blob)."""
     c = Call(case)
-    if not (_is_split(c.op) or any(c.op == n or c.op.startswith(n + ".") for n in VIEW_OPS)):
+    if not _is_one_of(c.op, SPLIT_OPS + VIEW_OPS):
         return []
     source = c.tensor(0, "self") or c.tensor(0, "input")
     sizes = _size_items(c)
@@ -86,7 +87,7 @@ def misfits(case: dict) -> list[str]:
     if random:
         return [f"{', '.join(random)} of {c.op} {'is a size' if len(random) == 1 else 'are sizes'} with random values, "
                 f"which cannot fit inputs[0] {source['shape']}: give the model's values (init: data)"]
-    if _is_split(c.op):
+    if _is_one_of(c.op, SPLIT_OPS):
         return _split_misfit(c, source["shape"], values, listed=any(listed for _, _, listed in sizes))
     return _view_misfit(c.op, source["shape"], values)
 
