@@ -10,8 +10,9 @@ Rules never override a tensor that already declares ``init``. A tensor spec may 
 values the scanner saw under the private key ``_values`` (only small CPU control tensors);
 a rule may turn them into ``init: data``. :func:`strip_values` removes the key afterwards.
 
-The rules live in :mod:`casedb.cases.index_rules` (valid indexes, offsets, divisors) and
-:mod:`casedb.cases.value_rules` (informative values, reference limits); the registry and the
+The rules live in :mod:`casedb.cases.index_rules` (valid indexes, offsets, divisors),
+:mod:`casedb.cases.value_rules` (informative values, reference limits) and
+:mod:`casedb.cases.size_rules` (split / view / reshape sizes that fit their input); the registry and the
 constraints they set in :mod:`casedb.cases.input_rules`. To add a rule: write ``f(call)`` and
 register it with ``@rule("torch.x", "torch.ops.aten.x")``.
 An ATen rule registered without an overload (``torch.ops.aten.gather``) covers every overload;
@@ -19,9 +20,11 @@ An ATen rule registered without an overload (``torch.ops.aten.gather``) covers e
 
 The same rules check a stored case: :func:`problems` lists the index inputs whose values can
 fall outside the range a rule would give them (e.g. ``randint`` up to 1000 into a dim of 32),
-without changing anything — the case's own fault, not the backend's. It hears the valid range
+or sizes that cannot fit their input (a split whose sizes do not sum to the split dim), without
+changing anything — the case's own fault, not the backend's. It hears the valid range
 through ``randint``/``index_into``; a rule that picks index values itself (``_index_copy``)
-calls ``index_into`` instead while ``RECORD`` is set.
+calls ``index_into`` instead while ``RECORD`` is set; a rule that judges a whole call records its
+message (a string) there.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import copy
 import math
 
 from casedb.cases import dtypes
-from casedb.cases import index_rules, value_rules  # noqa: F401 (imported for their @rule registrations)
+from casedb.cases import index_rules, size_rules, value_rules  # noqa: F401 (imported for their @rule registrations)
 from casedb.cases.input_rules import RECORD, VALUES, Call, is_integer, rule_for
 
 
@@ -84,8 +87,8 @@ def problems(case: dict) -> list[str]:
     finally:
         RECORD.reset(token)
     negative_ok = getattr(fn, "negative_indices", False) or "index_fill" in case["op"]
-    out = []
-    for spec, low, high, indexed in record:
+    out = [entry for entry in record if isinstance(entry, str)]  # whole-call messages (size_rules)
+    for spec, low, high, indexed in (entry for entry in record if not isinstance(entry, str)):
         try:
             if spec is None or not is_integer(spec):
                 continue

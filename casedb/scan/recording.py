@@ -10,6 +10,7 @@ import linecache
 import math
 import os
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from casedb.cases import dtypes, valid_inputs
+from casedb.cases import dtypes, size_rules, valid_inputs
 from casedb.scan import pooling
 from casedb.scan.recipes import display_path
 
@@ -149,9 +150,7 @@ class Recorder:
             return
         where, code = self.site()
         if isinstance(encoded, _Unrepresentable):
-            rec = {"type": "skipped", "where": where, "op": op, "reason": str(encoded)}
-            key = json.dumps(rec, sort_keys=True)
-            self._records.setdefault(key, {**rec, "count": 0})["count"] += 1
+            self._skip(where, op, str(encoded))
             return
         inputs, attrs = encoded
         # Most calls repeat (one per layer): the raw encoding finds the record without redoing
@@ -159,11 +158,27 @@ class Recorder:
         raw = repr((op, inputs, attrs, where))
         key = self._keys.get(raw)
         if key is None:
-            case = valid_inputs.strip_values(valid_inputs.apply({"op": op, "inputs": inputs, "attrs": attrs}))
+            case = valid_inputs.apply({"op": op, "inputs": inputs, "attrs": attrs})
+            misfit = size_rules.misfits(case)
+            if misfit:
+                self._skip(where, op, f"sizes that cannot fit the recorded input: {'; '.join(misfit)}", warn=True)
+                return
+            case = valid_inputs.strip_values(case)
             case["description"] = f"File: {where}\nCode: {code}"
             key = self._keys[raw] = json.dumps([op, case["inputs"], case["attrs"], where], sort_keys=True)
             if key not in self._records:
                 self._records[key] = {"type": "case", "model": self.model, "where": where, "count": 0, "case": case}
+        self._records[key]["count"] += 1
+
+    def _skip(self, where: str, op: str, reason: str, warn: bool = False) -> None:
+        """A call recorded as ``skipped`` with why (the importer lists them); ``warn``: a call the
+        model made that the scan could not record right, warned about once."""
+        rec = {"type": "skipped", "where": where, "op": op, "reason": reason}
+        key = json.dumps(rec, sort_keys=True)
+        if key not in self._records:
+            self._records[key] = {**rec, "count": 0}
+            if warn:
+                warnings.warn(f"{where}: {op} not recorded: {reason}", stacklevel=2)
         self._records[key]["count"] += 1
 
     def _drop_reason(self, op: str, args, out) -> str | None:
@@ -256,14 +271,14 @@ def _plain(x):
         return x
     if isinstance(x, torch.dtype):
         return str(x)
+    if isinstance(x, (list, tuple, torch.Size)):  # before the dtype lookup: a list is unhashable
+        return [_plain(v) for v in x]
     if x in _PYTHON_DTYPES:  # torch.ones(..., dtype=bool)
         return _PYTHON_DTYPES[x]
     if isinstance(x, torch.device):
         return "cpu" if x.type == "meta" else str(x)  # the runner remaps the device
     if isinstance(x, (torch.memory_format, torch.layout)):
         return str(x)
-    if isinstance(x, (list, tuple, torch.Size)):
-        return [_plain(v) for v in x]
     raise _Unrepresentable(f"an argument of type {type(x).__module__}.{type(x).__qualname__}")
 
 

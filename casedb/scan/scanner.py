@@ -48,7 +48,10 @@ Dropped (counted in the header's ``dropped``, never recorded):
   behalf (``Tensor._is_all_true`` inside ``torch._check``).
 
 Calls the case schema cannot represent (an index mixing tensors and slices, an opaque object
-argument) become ``skipped`` records with the reason; the importer counts and lists them.
+argument) become ``skipped`` records with the reason; the importer counts and lists them. So do,
+with a warning, split / view / reshape calls whose recorded sizes cannot fit their recorded input
+(:mod:`casedb.cases.size_rules`): sizes the model computed as integer tensors are recorded with
+the values the scan saw (Mistral3's tokens per image), never as random ones.
 
 Modules: :mod:`~casedb.scan.recipes` (recipes and paths), :mod:`~casedb.scan.inputs` (forward
 inputs per kind of model), :mod:`~casedb.scan.recording` (modes, recorder, encoding), this module
