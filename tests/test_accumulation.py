@@ -189,3 +189,35 @@ def test_a_kernel_the_cpu_lacks_is_judged_against_the_call_on_widened_inputs():
     assert judge(ex, tolerances=tols, expects_error=spec).outcome == "failed"
     # without the high-precision reference (the tolerance judge) nothing to compare: a ref error, as before
     assert run_case(c).reference_hi is None
+
+
+def test_gpt_oss_topk_of_tied_bf16_logits_may_take_any_tied_expert():
+    # bf16 router logits tie often; at the k-th place CUDA took other experts than the CPU (1 % of
+    # gpt-oss's indices): any distinct indices that select the top values are right
+    x = torch.tensor([[0.5, 2.0, 1.0, 2.0, 1.0, 1.0]], dtype=torch.bfloat16)
+    cpu = ties.canonical("torch.topk", torch.topk(x, 3), (x, 3), {})
+    assert cpu.indices.tolist() == [[1, 3, 2]]
+    gpu = torch.return_types.topk((cpu.values, torch.tensor([[3, 1, 5]])))
+    assert torch.equal(ties.canonical("torch.topk", gpu, (x, 3), {}).indices, cpu.indices)
+    for wrong in ([[3, 1, 0]], [[1, 1, 5]]):  # selects 0.5 where the value says 1.0; a repeat
+        bad = torch.return_types.topk((cpu.values, torch.tensor(wrong)))
+        assert not torch.equal(ties.canonical("torch.topk", bad, (x, 3), {}).indices, cpu.indices)
+    smallest = ties.canonical("torch.topk", (torch.tensor([[0.5, 1.0]], dtype=torch.bfloat16), torch.tensor([[0, 5]])),
+                              (x, 2), {"largest": False})
+    assert smallest[1].tolist() == [[0, 2]]
+
+
+def test_a_sum_too_large_to_upcast_is_judged_at_its_terms_magnitude(monkeypatch):
+    # inductor's CUDA sum of granite4h's 268 M float32 values (2 GiB in float64: no upcast
+    # reference) was 443 elements over rtol at cancelled results, a summation order
+    from casedb.judge import numerics
+    monkeypatch.setattr(numerics, "HI_REFERENCE_BYTES", 1024)
+    c = case("torch.Tensor.sum", T([64, 512]), {"value": -1})
+    ex = run_case(c, high_precision=True)
+    x = materialize(c, "cpu")[0][0]
+    assert ex.reference_hi is None and "high_precision" in ex.notes
+    terms = x.abs().sum(-1)
+    assert torch.allclose(ex.reference_mag["output"], terms * accumulation.growth(512))
+    pairwise = x.view(64, 16, 32).sum(-1).sum(-1)
+    assert verdict(c, ex, pairwise + terms * 2.0 ** -22).outcome == "passed"  # ~ 4 ULPs of the terms'
+    assert verdict(c, ex, pairwise * 1.001).outcome == "failed"

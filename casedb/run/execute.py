@@ -216,6 +216,9 @@ def run_case(case: dict, *, device: "str | torch.device" = "cpu", backend: "str 
                 _widened_reference(ex, setup)
             else:
                 _high_precision(ex, setup, hi_dtype, case, cache)
+        elif "high_precision" in ex.notes and ex.reference is not None:
+            # too large to upcast: a summing op's error scale at its inputs' own precision
+            ex.reference_mag = _error_scale(ex, setup, ex.op, ex.reference.get("output"), None, None)
     return ex
 
 
@@ -374,18 +377,19 @@ def _run_upcast(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, cast=N
     else:
         ex.ref_hi_error = ErrorInfo.from_exception(out, "reference_hi")
     del out
-    if ok and accumulation.kind(op) is not None:
-        ex.reference_mag = _error_scale(ex, s, hi_dtype, op, (a, k))
+    if ok and accumulation.kind(op) is not None and isinstance(ex.reference_hi, dict):
+        ex.reference_mag = _error_scale(ex, s, op, ex.reference_hi.get("output"), (a, k), upcast_caster(hi_dtype))
 
 
-def _error_scale(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, upcast: tuple) -> dict | None:
-    """casedb.judge.accumulation's error scale of the output (and of each written argument, the
-    output of an in-place op), on upcast inputs the op has not written into."""
-    out = ex.reference_hi.get("output") if isinstance(ex.reference_hi, dict) else None
+def _error_scale(ex: Execution, s: _Setup, op: str, out, inputs: tuple | None, cast) -> dict | None:
+    """casedb.judge.accumulation's error scale of the output ``out`` (and of each written
+    argument, the output of an in-place op) on ``inputs``; when none are given or the op wrote
+    into them, on the case's inputs cast with ``cast`` (fresh ones for an op that writes)."""
     low = ex.reference.get("output") if isinstance(ex.reference, dict) else None
-    if not isinstance(out, torch.Tensor) or not isinstance(low, torch.Tensor) or not low.is_floating_point():
+    if accumulation.kind(op) is None or not isinstance(out, torch.Tensor) or not isinstance(low, torch.Tensor) \
+            or not low.is_floating_point():
         return None
-    a, k = s.prepared.place(torch.device("cpu"), cast=upcast_caster(hi_dtype), fresh=True) if s.keys else upcast
+    a, k = s.prepared.place(torch.device("cpu"), cast=cast, fresh=bool(s.keys)) if s.keys or inputs is None else inputs
     scale = accumulation.error_scale(op, s.info.fn, a, k, out, low.dtype)
     return None if scale is None else {key: scale for key in ("output", *s.keys)}
 
