@@ -59,14 +59,16 @@ EXPECTED = {  # mutant -> the cases whose result it changes
     "nan_inf": {"log_nan"},
     "low_precision_acc": {"sum_rows"},
     "fp32_as_bf16": ALL,
-    "ulp_error": ALL,
+    # sum_rows: 16 ULPs of a result whose 4,096 terms cancel are within that sum's precision (the
+    # CPU's own float32 sum is up to 5.7 ULPs off; casedb.judge.accumulation): within precision
+    "ulp_error": ALL - {"sum_rows"},
     "rel_error": ALL,
     "zeros": ALL,
     "index_off_by_one": {"emb"},
     # computed in float64, truncated into float32: within a ULP, caught by the bias judge where the
-    # mean has 64 elements or more (log_nan: 32 finite; emb: exact, unchanged); sum_rows (8 elements) by
-    # the tolerance: its float64 sum is further from the CPU's float32 one than float32's rtol
-    "truncation": {"add_bcast", "sum_rows", "transposed", "big"},
+    # mean has 64 elements or more (log_nan: 32 finite; emb: exact, unchanged); sum_rows (8 elements):
+    # more exact than the CPU's float32 sum, within precision at its terms' magnitude
+    "truncation": {"add_bcast", "transposed", "big"},
     "softmax_overflow": set(),   # no softmax here (tests/test_value_ranges.py has one)
 }
 
