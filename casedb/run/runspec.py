@@ -100,7 +100,8 @@ class RunSpec:
         "Marker expression, e.g. 'not constant' (casedb run default: every selected case; the pytest front "
         "end applies the RFC's 'not largedimtensor and not fp32operation and not bf16operation and not "
         "constant' unless -m is given).", cli=("-m",), builtin="-m", cli_default=""))
-    op: str | None = opt(None, Flag("Only cases of this op (exact or substring).",
+    op: str | None = opt(None, Flag("Only cases of this op (exact or substring; one op: for several, "
+                                    "-k 'split or view').",
                                     cli=("--op",), pytest="--casedb-op", metavar="OP"))
     limit: int | None = opt(None, Flag("Only the first N selected cases.",
                                        cli=("--limit",), pytest="--casedb-limit", metavar="N"))
