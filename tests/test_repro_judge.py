@@ -83,3 +83,38 @@ def test_a_run_that_did_not_run_the_case_is_a_clear_error(cli, project):
                "--no-progress", "-k", "nothing_matches")
     res = cli("repro", "ulp::add_f32", "--run", 1)
     assert res.exit_code == 2 and "run 1 did not run case" in res.output, (done.output, res.output)
+
+
+GPU_LIKE = """\
+model: gpu
+cases:
+  - name: sort_ids
+    op: torch.sort
+    inputs:
+      - tensor: {shape: [512], dtype: int64, init: randint, init_args: {low: 0, high: 8}}
+  - name: sum_rows
+    op: torch.sum
+    inputs:
+      - tensor: {shape: [16, 65536], dtype: fp32}
+      - value: -1
+"""
+
+
+@pytest.mark.parametrize("name", ["sort_ids", "sum_rows"])
+def test_what_a_gpu_computes_differently_passes_in_the_run_and_in_its_repro(cli, tmp_path, monkeypatch, name):
+    # the repro carries casedb.judge.ties and .accumulation: it judges as the run did
+    shutil.copy(DATA / "gpu_like_backend.py", tmp_path / "gpu_like_backend.py")
+    (tmp_path / "gpu.yaml").write_text(GPU_LIKE)
+    monkeypatch.chdir(tmp_path)
+    assert cli("import", "gpu.yaml").exit_code == 0
+    done = cli("run", "--import", "gpu_like_backend", "--backend", "casedb_gpu_like", "--device", "cpu", "-j", "0",
+               "-k", name, "--no-progress", "--json")
+    summary = __import__("json").loads(done.stdout)
+    assert (done.exit_code, summary["executed"], summary["passed"]) == (0, 1, 1), done.output
+    script = tmp_path / f"repro_{name}.py"
+    assert cli("repro", f"gpu::{name}", "--run", summary["run_id"], "-o", script).exit_code == 0
+    code = ("import runpy, sys; sys.modules['casedb'] = None; "
+            f"runpy.run_path({script.name!r}, run_name='__main__')")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.splitlines()[-1].startswith(f"OK: torch.{name.split('_')[0]} on cpu (casedb_gpu_like)")

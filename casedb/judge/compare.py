@@ -16,8 +16,9 @@ scalars, other objects) and returns one :class:`Comparison` for the whole result
   error exceeds ``ulp_k`` times the low-precision reference's own error, or ``ulp_floor`` ULPs,
   whichever is larger (a ULP here is the dtype's spacing at ``max(|hi|, max|hi| / 64)``, so
   near-zero elements of a tensor are measured at its scale, and, given ``hi_mag`` (the error scale
-  of a summing op, casedb.judge.accumulation), at no less than ``hi_mag``). Without ``hi``, or when ``hi`` has no nonzero finite element (no
-  scale to count ULPs at), a part is compared as in ``values``. Reported: ``ulp_err`` and
+  of a summing op, casedb.judge.accumulation), at no less than ``hi_mag``). Without ``hi``, or
+  when ``hi`` has no nonzero finite element (no scale to count ULPs at), a part is compared as
+  in ``values``. Reported: ``ulp_err`` and
   ``ref_ulp_err`` (the worst part);
 * ``mode="metadata"``: shape, dtype and strides only (random or uninitialized outputs);
 * ``mode="bits"``: bit-identical (same NaN payloads, ``-0.0 != 0.0``): the determinism check

@@ -1,0 +1,35 @@
+"""A correct backend that computes as a GPU does (tests/test_accumulation.py): casedb_gpu_like
+sorts with the indices of equal values descending (an unstable sort) and sums the last dim in
+blocks of 32 (a tree, not the CPU's order). Its results are right; a judge must pass them."""
+import torch
+from torch._dynamo import register_backend
+
+
+def _unstable(values, idx):
+    n = idx.shape[-1]
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[..., 1:] = values[..., 1:] != values[..., :-1]
+    run = torch.cumsum(starts.to(torch.int64), -1)
+    key = torch.sort(run * n + (n - 1 - idx), -1).values
+    return n - 1 - (key - run * n)
+
+
+def _gpu_like(gm, example_inputs):
+    ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+
+    def run(*args):
+        out = gm(*args)
+        if torch.sort in ops:
+            values, idx = out
+            return [values, _unstable(values, idx)]
+        if torch.sum in ops:  # the blocked order, in the input's dtype
+            x = args[0]
+            return [x.view(*x.shape[:-1], -1, 32).sum(-1).sum(-1)]
+        return out
+    return run
+
+
+try:
+    register_backend(compiler_fn=_gpu_like, name="casedb_gpu_like")
+except Exception:
+    pass
