@@ -67,11 +67,6 @@ def _name(op: str) -> str:
     return ".".join(name.split(".")[:2]) if name.startswith("aten.") else name
 
 
-def accumulates(op: str) -> bool:
-    """Whether ``op`` (torch.mean, aten.mm.default, torch.ops.aten.mm ...) sums in float32."""
-    return _name(op) in ACCUMULATING_OPS
-
-
 def kind(op: str | None) -> str | None:
     """"float32", "output" or "normalize" (see the module docstring), None for other ops."""
     if not op:

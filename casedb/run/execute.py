@@ -367,8 +367,9 @@ def _run_upcast(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, cast=N
     """The reference on inputs upcast to ``hi_dtype`` (``cast``: a caster of casedb.cases.materialize
     instead) and, for a summing op, its error scale."""
     cpu = torch.device("cpu")
+    cast = cast or upcast_caster(hi_dtype)
     try:
-        a, k = s.prepared.place(cpu, cast=cast or upcast_caster(hi_dtype), fresh=True)
+        a, k = s.prepared.place(cpu, cast=cast, fresh=True)
         ok, out, ex.t_ref_hi = _call(s.info.fn, a, k, cpu)
     except Exception as e:
         ok, out = False, e
@@ -377,8 +378,8 @@ def _run_upcast(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, cast=N
     else:
         ex.ref_hi_error = ErrorInfo.from_exception(out, "reference_hi")
     del out
-    if ok and accumulation.kind(op) is not None and isinstance(ex.reference_hi, dict):
-        ex.reference_mag = _error_scale(ex, s, op, ex.reference_hi.get("output"), (a, k), upcast_caster(hi_dtype))
+    if ok and isinstance(ex.reference_hi, dict):
+        ex.reference_mag = _error_scale(ex, s, op, ex.reference_hi.get("output"), (a, k), cast)
 
 
 def _error_scale(ex: Execution, s: _Setup, op: str, out, inputs: tuple | None, cast) -> dict | None:
