@@ -237,6 +237,11 @@ def test_selection_options(cli, db):
     assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "--limit", "2")["executed"] == 2
     assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "--op", "torch.relu")["executed"] == 1
     assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "-k", "mul")["executed"] == 1
+    # --op is repeatable: cases of any of the ops, in this process and through pytest workers
+    assert run_json(cli, "--model", "ra", *CPU, "-j", "0", "--op", "torch.relu", "--op", "mul")["executed"] == 2
+    assert run_json(cli, "--model", "ra", *CPU, "-j", "1", "--op", "torch.relu", "--op", "mul")["executed"] == 2
+    listed = cli("cases", "--model", "ra", "--op", "torch.relu", "--op", "mul", "--format", "plain")
+    assert sorted(r.split("\t")[2] for r in listed.stdout.splitlines()[1:]) == ["torch.mul", "torch.relu"]
     # relu's one [8, 64] input holds 512 elements; add's and mul's two [4, 64] inputs 512 together
     small = run_json(cli, "--model", "ra", *CPU, "-j", "0", "--max-numel", "511")
     assert small["executed"] == 0 and small["status"] == "finished"
@@ -468,3 +473,10 @@ def test_fresh_clone_runs_a_shipped_model_from_the_default_db(tmp_path, monkeypa
     s = json.loads(res.stdout)
     assert s["cases"] == 3 and s["executed"] + s["skipped"] == 3
     assert (tmp_path / "data" / "casedb.sqlite").exists()
+
+
+def test_a_run_stored_with_one_op_resumes_with_that_op():
+    from casedb.run.runspec import RunSpec
+
+    assert RunSpec.from_selection({"op": "torch.relu", "models": ["ra"]}).op == ["torch.relu"]
+    assert RunSpec.from_selection({"op": None}).op == []

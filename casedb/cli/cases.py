@@ -102,8 +102,8 @@ CASE_KEYS = ("model", "name", "op", "signature", "shapes", "dtype", "marks", "co
 @app.command("cases")
 def cases_cmd(
     model: Optional[List[str]] = typer.Option(None, "--model", help="Only these models (repeatable)."),
-    op: Optional[str] = typer.Option(
-        None, "--op", help="Only this op (exact or substring; one op: for several, -k 'split or view')."),
+    op: Optional[list[str]] = typer.Option(
+        None, "--op", help="Only cases of this op (exact or substring; repeatable: cases of any of them)."),
     keyword: Optional[str] = typer.Option(None, "-k", help="Keyword expression as pytest's -k: substrings of case "
                                                            "name, op or model with and/or/not."),
     markexpr: Optional[str] = typer.Option(None, "-m", help="Marker expression, e.g. 'not constant'."),

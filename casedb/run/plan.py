@@ -239,5 +239,8 @@ def in_shard(signature: str, shard: tuple[int, int] | None) -> bool:
     return int(signature[:8], 16) % n == i - 1
 
 
-def op_matches(op: str, wanted: str | None) -> bool:
-    return wanted is None or op == wanted or wanted in op
+def op_matches(op: str, wanted) -> bool:
+    """Whether ``op`` is one of ``wanted`` (an op or a list of them; each exact or a substring);
+    nothing wanted matches every op."""
+    wanted = [wanted] if isinstance(wanted, str) else wanted or []
+    return not wanted or any(op == w or w in op for w in wanted)

@@ -100,9 +100,8 @@ class RunSpec:
         "Marker expression, e.g. 'not constant' (casedb run default: every selected case; the pytest front "
         "end applies the RFC's 'not largedimtensor and not fp32operation and not bf16operation and not "
         "constant' unless -m is given).", cli=("-m",), builtin="-m", cli_default=""))
-    op: str | None = opt(None, Flag("Only cases of this op (exact or substring; one op: for several, "
-                                    "-k 'split or view').",
-                                    cli=("--op",), pytest="--casedb-op", metavar="OP"))
+    op: list = opt(None, Flag("Only cases of this op (exact or substring; repeatable: cases of any of them).",
+                              cli=("--op",), pytest="--casedb-op", metavar="OP"), factory=list)
     limit: int | None = opt(None, Flag("Only the first N selected cases.",
                                        cli=("--limit",), pytest="--casedb-limit", metavar="N"))
     shard: str | None = opt(None, Flag("Only slice I/N (stable by signature), e.g. 2/4.",
@@ -175,6 +174,8 @@ class RunSpec:
             self.backend = default_backend()
         self.models = list(self.models or [])
         self.imports = list(self.imports or [])
+        # a run stored before --op was repeatable keeps one op, or None
+        self.op = [self.op] if isinstance(self.op, str) else list(self.op or [])
 
     # ------------------------------------------------------------------ derived views
     def selection(self) -> dict:

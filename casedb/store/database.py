@@ -270,7 +270,7 @@ class Store:
             out.append(r)
         return out
 
-    def occurrences(self, models: list[str] | None = None, *, op: str | None = None,
+    def occurrences(self, models: list[str] | None = None, *, op: str | list[str] | None = None,
                     keyword: str | None = None, markexpr: str | None = None,
                     show_excluded: bool = False) -> list[dict]:
         """Case occurrences with their case, filtered like pytest's -k/-m; ordered by model, position."""
@@ -279,9 +279,11 @@ class Store:
             names = [self.model(m)["name"] for m in models]
             where.append(f"o.model IN ({','.join('?' * len(names))})")
             params += names
-        if op:
-            where.append("(o.op = ? OR o.op LIKE ?)")
-            params += [op, f"%{op}%"]
+        ops = [op] if isinstance(op, str) else op or []
+        if ops:  # any of them, each exact or a substring
+            where.append("(" + " OR ".join("(o.op = ? OR o.op LIKE ?)" for _ in ops) + ")")
+            for o in ops:
+                params += [o, f"%{o}%"]
         expr = marks_mod.MarkExpression(markexpr if markexpr is not None else
                                         (marks_mod.DEFAULT_EXCLUDE if show_excluded else ""))
         kw = marks_mod.KeywordExpression(keyword or "")
