@@ -221,3 +221,55 @@ def test_a_sum_too_large_to_upcast_is_judged_at_its_terms_magnitude(monkeypatch)
     pairwise = x.view(64, 16, 32).sum(-1).sum(-1)
     assert verdict(c, ex, pairwise + terms * 2.0 ** -22).outcome == "passed"  # ~ 4 ULPs of the terms'
     assert verdict(c, ex, pairwise * 1.001).outcome == "failed"
+
+
+def test_a_mean_times_the_rounded_reciprocal_passes_and_another_factor_fails():
+    """CUDA's mean is the float32 sum times fl(1/n): over 100 to 512 means of 2,880 one-signed float32
+    terms an H100 was +0.33 to +0.41 ULP biased, every element scaled by fl(1/2880) * 2880 = 1 + 2.4e-8."""
+    c = case("torch.Tensor.mean", T([1, 512, 2880], init="uniform", low=1.5e9, high=6.6e9), {"value": -1}, keepdim=True)
+    ex, (x, _) = measured(c)
+    assert ex.bias_factor == pytest.approx(1 + 2.42e-8, abs=1e-10)
+    n = x.shape[-1]
+    total = x.double().sum(-1, keepdim=True).float()  # a float32 tree sum, nearly exact here
+    gpu = total * torch.tensor(1.0 / n, dtype=torch.float32)
+    assert verdict(c, ex, gpu).outcome == "passed"
+    assert verdict(c, ex, gpu * (1 + 2**-21)).outcome == "failed"  # a factor the reciprocal cannot give
+    ex.bias_factor = None
+    without = verdict(c, ex, gpu)
+    assert without.outcome == "failed" and "biased rounding" in without.reason
+
+
+def test_a_layer_norm_whose_terms_cancel_passes_at_their_magnitude_and_a_bf16_product_fails():
+    """Extremal values (one-signed around 4.3e9 for x, weight and bias): w * x_hat and b cancel to 1e5,
+    and a correct GPU, whose mean and rstd differ from the CPU's in their last float32 bits, is off
+    by thousands there (an H100: 7 bf16 layer_norms failed by tolerance)."""
+    big = dict(init="uniform", low=3.3e9, high=5.3e9)
+    c = case("torch.nn.functional.layer_norm", T([34, 3, 1024], "bfloat16", **big), {"value": [1024]},
+             T([1024], "bfloat16", init="uniform", low=-5e9, high=5e9), T([1024], "bfloat16", **big), {"value": 1e-12})
+    ex, (x, _, w, b, _) = measured(c)
+    xf = x.float()
+    mean = xf.view(102, 32, 32).sum(-1).sum(-1).view(34, 3, 1) / 1024  # a tree, in float32
+    var = ((xf - mean) ** 2).view(102, 32, 32).sum(-1).sum(-1).view(34, 3, 1) / 1024
+    x_hat = (xf - mean) * torch.rsqrt(var + 1e-12)
+    gpu = (x_hat * w.float() + b.float()).to(torch.bfloat16)
+    assert ex.reference_mag is not None
+    assert verdict(c, ex, gpu).outcome == "passed"
+    ex.reference_mag = None
+    assert verdict(c, ex, gpu).outcome == "failed"  # judged at the result's magnitude, it cancels
+    ex, _ = measured(c)
+    rounded = ((x_hat * w.float()).to(torch.bfloat16).float() + b.float()).to(torch.bfloat16)
+    assert verdict(c, ex, rounded).outcome == "failed"  # the product rounded to bf16 before the bias
+
+
+def test_a_cumsum_along_an_outer_dim_summed_sequentially_passes_and_a_scaled_one_fails():
+    """CUDA scans an outer dim column by column, a float32 running total (the CPU: float64): over 256
+    one-signed terms up to 14.8 ULPs of their magnitude (an H100, and this loop)."""
+    c = case("torch.cumsum", T([256, 16384], init="uniform", low=3.7e9, high=4.9e9), dim=0)
+    ex, (x,) = measured(c)
+    acc, rows = torch.zeros(x.shape[1]), []
+    for row in x:
+        acc = acc + row
+        rows.append(acc)
+    gpu = torch.stack(rows)
+    assert verdict(c, ex, gpu).outcome == "passed"
+    assert verdict(c, ex, gpu * (1 + 2**-19)).outcome == "failed"

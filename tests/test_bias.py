@@ -160,3 +160,30 @@ cases:
         {"name": "add", "outcome": "failed", "input_values": "random", "bias_count": 6144, "leans": 1, "has_mean": 1},
         {"name": "tiny", "outcome": "passed", "input_values": "random", "bias_count": None, "leans": None,
          "has_mean": 0}]
+
+
+def test_errors_repeated_per_input_value_are_few_draws_not_many():
+    """An H100's softmax of bf16 logits shifted by 96.7 (the extremal variant): 16 distinct inputs,
+    each exp off by its own fixed amount, -0.155 ULP over 2 M elements. Equal inputs share their
+    error: the spread of the per-value means sets the threshold. A truncation stays caught."""
+    g = torch.Generator().manual_seed(5)
+    values = torch.randint(0, 16, (64, 1024), generator=g).to(torch.float32) / 2  # 16 distinct inputs
+    hi = (torch.rand(64, 1024, generator=g, dtype=torch.float64) + 1)  # [1, 2): one float32 ULP is 2**-23
+    ref = hi.float()
+    per_value = torch.tensor([-0.7, 0.6, -0.5, -0.4, 0.1, -0.6, -0.3, 0.0, -0.5, -0.4, 0.5, -0.3, -0.2, -0.4, 0.2, -0.4])
+    assert per_value.mean() == pytest.approx(-0.206, abs=1e-3)
+    step = (per_value[(values * 2).long()] * 2**-23).double()
+    target = (hi + step).float()
+    alone = bias.measure(ref, target, hi)
+    assert alone.biased and alone.toward == pytest.approx(-0.206, abs=0.01)  # 65,536 draws by the elements alone
+    grouped = bias.measure(ref, target, hi, values=values.reshape(-1))
+    assert not grouped.biased and grouped.threshold > 0.15
+    truncated = bias.measure(ref, truncate(hi, torch.float32), hi, values=values.reshape(-1))
+    assert truncated.biased and truncated.toward == pytest.approx(-0.5, abs=0.05)
+
+
+def test_values_of_takes_the_input_shaped_as_the_output():
+    x, w = torch.arange(12.0).reshape(3, 4), torch.ones(4)
+    assert torch.equal(bias.values_of((w, x), {}, torch.zeros(3, 4)), x.reshape(-1))
+    assert bias.values_of((x,), {}, torch.zeros(3)) is None
+    assert bias.values_of((torch.arange(12).reshape(3, 4),), {}, torch.zeros(3, 4)) is None  # integers

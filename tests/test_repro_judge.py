@@ -97,10 +97,15 @@ cases:
     inputs:
       - tensor: {shape: [16, 65536], dtype: fp32}
       - value: -1
+  - name: mean_rows
+    op: torch.mean
+    inputs:
+      - tensor: {shape: [512, 2880], dtype: fp32, init: uniform, init_args: {low: 1.5e+9, high: 6.6e+9}}
+      - value: -1
 """
 
 
-@pytest.mark.parametrize("name", ["sort_ids", "sum_rows"])
+@pytest.mark.parametrize("name", ["sort_ids", "sum_rows", "mean_rows"])
 def test_what_a_gpu_computes_differently_passes_in_the_run_and_in_its_repro(cli, tmp_path, monkeypatch, name):
     # the repro carries casedb.judge.ties and .accumulation: it judges as the run did
     shutil.copy(DATA / "gpu_like_backend.py", tmp_path / "gpu_like_backend.py")

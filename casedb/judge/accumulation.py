@@ -20,13 +20,26 @@ error), so that these correct errors stay within the judges' bounds:
   ``accumulate``): GPU atomics round every add in the output dtype, in any order, so the scale is
   the terms' magnitude times ``sqrt(n)``, ``n`` the most terms one element receives;
 * normalisations (softmax, log_softmax): ``|result|`` grown by ``1 + log2(n) / 4``, ``n``
-  the length of the normalised dim (their normaliser is such a sum).
+  the length of the normalised dim (their normaliser is such a sum);
+* ``"affine"`` ops (``layer_norm``): ``w * (x - mean) * rstd + b`` where ``w * x_hat`` and ``b``
+  can cancel: the terms' magnitude ``|w| * (|x| + |mean|) * rstd + |b|`` at float32's epsilon, grown
+  by the normalised length (the mean and variance are such sums, taken in another order);
+* scans (``cumsum``) grow by ``1 + sqrt(n) / 4``: along an outer dim CUDA scans each column
+  sequentially, a running total in float32 (the CPU in float64), whose error is a random walk of
+  ``n`` roundings, not a tree's ``log2(n)``: an H100's float32 cumsum of 256 one-signed terms was up
+  to 14.8 ULPs of its terms' magnitude off over 8 M elements (reproduced on the CPU: 14.8).
+
+:func:`reciprocal_factor`: a mean may be computed as the sum times ``1/n`` rounded to float32
+(CUDA's ``mean``), which scales every element by the same ``fl(1/n) * n``; the bias judge
+(casedb.judge.bias) accepts that common factor and nothing else.
 
 Self-contained (torch and the standard library): ``casedb repro`` copies it into its scripts.
 
 Measured on an H100 (bench/README.md): without these, a correct CUDA eager run of granite4h
 failed 11 cases (cumsum over 256 terms 4.3 ULPs of its terms' magnitude, bf16 index_add 41 ULPs
-at the result's, softmax over 320 values 6 ULPs).
+at the result's, softmax over 320 values 6 ULPs); on extremal values (one-signed, around 4.3e9)
+a bf16 layer_norm was 3,000 off where ``w * x_hat`` and ``b`` of 4e9 cancel to 1e5, and a 256-term
+float32 cumsum 14 ULPs of its terms' magnitude.
 """
 
 from __future__ import annotations
@@ -57,9 +70,13 @@ CONVOLUTION_OPS = frozenset({
 NORMALIZING_OPS = frozenset({
     "torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.log_softmax",
     "torch.Tensor.log_softmax", "torch.nn.functional.log_softmax", "aten._softmax", "aten._log_softmax"})
+AFFINE_NORM_OPS = frozenset({
+    "torch.nn.functional.layer_norm", "torch.layer_norm", "aten.layer_norm", "aten.native_layer_norm"})
+MEAN_OPS = frozenset({"torch.mean", "torch.Tensor.mean", "aten.mean"})
 _BIASED = CONVOLUTION_OPS | {"torch.nn.functional.linear", "aten.linear"}
 # The judges' floor (casedb.judge.numerics.ULP_FLOOR, 4 ULPs) grows by one ULP per doubling of the terms.
 GROWTH_PER_DOUBLING = 0.25
+SCAN_WALK = 0.25  # scans: the floor grows by this many ULPs per sqrt(n)
 
 
 def _name(op: str) -> str:
@@ -68,12 +85,14 @@ def _name(op: str) -> str:
 
 
 def kind(op: str | None) -> str | None:
-    """"float32", "output" or "normalize" (see the module docstring), None for other ops."""
+    """"float32", "output", "normalize" or "affine" (see the module docstring), None for other ops."""
     if not op:
         return None
     name = _name(op)
     if name in SCATTER_ADD_OPS:
         return "output"
+    if name in AFFINE_NORM_OPS:
+        return "affine"
     if name in NORMALIZING_OPS:
         return "normalize"
     if name in ACCUMULATING_OPS or name in CONVOLUTION_OPS:
@@ -97,6 +116,9 @@ def terms(op: str, args, kwargs, out) -> int:
         if isinstance(index, torch.Tensor) and index.numel() and not index.is_floating_point():
             return 1 + int(torch.bincount(index.reshape(-1).to(torch.int64).clamp(min=0)).max())
         return 1
+    if name in AFFINE_NORM_OPS:
+        shape = _arg(args, kwargs, 1, "normalized_shape", ())
+        return max(1, math.prod(shape)) if isinstance(shape, (list, tuple, torch.Size)) else 1
     if name in NORMALIZING_OPS or name.endswith("cumsum"):
         dim = _arg(args, kwargs, 1, "dim", -1)
         return x.shape[dim] if isinstance(dim, int) and x.dim() else 1
@@ -115,6 +137,22 @@ def growth(n: int) -> float:
     return 1.0 + math.log2(max(n, 1)) * GROWTH_PER_DOUBLING
 
 
+def scan_growth(n: int) -> float:
+    """How much a scan of ``n`` terms widens the floor: a random walk of ``n`` roundings."""
+    return 1.0 + math.sqrt(max(n, 1)) * SCAN_WALK
+
+
+def reciprocal_factor(op: str | None, args, kwargs, out, dtype: torch.dtype) -> float | None:
+    """``fl(1/n) * n`` for a mean of ``n`` terms per element of ``out`` whose own dtype
+    (``dtype``) accumulates in float32: the common factor of a mean computed as the sum times the
+    rounded reciprocal. None for other ops, float64, or when the reciprocal is exact."""
+    if not op or _name(op) not in MEAN_OPS or not isinstance(out, torch.Tensor) or dtype == torch.float64:
+        return None
+    n = terms(op, args, kwargs, out)
+    factor = float(torch.tensor(1.0 / n, dtype=torch.float32).double() * n) if n > 1 else 1.0
+    return None if factor == 1.0 else factor
+
+
 def error_scale(op: str, fn: Callable, args, kwargs, hi_out: Any, dtype: torch.dtype) -> torch.Tensor | None:
     """The magnitude per element of ``hi_out`` (the call's high-precision output, on ``args``
     and ``kwargs``, its upcast inputs) at which a correct implementation's error in ``dtype``
@@ -125,13 +163,20 @@ def error_scale(op: str, fn: Callable, args, kwargs, hi_out: Any, dtype: torch.d
     n = terms(op, args, kwargs, hi_out)
     if k == "normalize":
         return hi_out.abs() * growth(n)
+    if k == "affine":
+        mags = _affine_terms(args, kwargs, hi_out)
+        if mags is None:
+            return None
+        acc = torch.float32 if dtype.itemsize <= 4 else torch.float64
+        return mags * (growth(n) * torch.finfo(acc).eps / torch.finfo(dtype).eps)
     mags = _call(fn, *_pytree.tree_map(_absolute, (args, kwargs)))
     if not isinstance(mags, torch.Tensor) or mags.shape != hi_out.shape:
         return None
     if k == "output":
         return mags * math.sqrt(n)
     acc = torch.float32 if dtype.itemsize <= 4 else torch.float64
-    scale = mags * (growth(n) * torch.finfo(acc).eps / torch.finfo(dtype).eps)
+    grown = scan_growth(n) if _name(op).endswith("cumsum") else growth(n)
+    scale = mags * (grown * torch.finfo(acc).eps / torch.finfo(dtype).eps)
     bias = _arg(args, kwargs, 2, "bias") if _name(op) in _BIASED else None
     if isinstance(bias, torch.Tensor):
         # the bias alone, broadcast as the op adds it: the call with every other float input zeroed
@@ -140,6 +185,23 @@ def error_scale(op: str, fn: Callable, args, kwargs, hi_out: Any, dtype: torch.d
         if isinstance(b, torch.Tensor) and b.shape == hi_out.shape:
             scale = torch.maximum(scale, hi_out.abs() + b)
     return scale
+
+
+def _affine_terms(args, kwargs, hi_out: torch.Tensor) -> torch.Tensor | None:
+    """``|w| * (|x| + |mean|) * rstd + |b|`` of a layer_norm call (its upcast inputs), per element."""
+    x, shape = (args[0] if args else None), _arg(args, kwargs, 1, "normalized_shape", ())
+    if not isinstance(x, torch.Tensor) or not isinstance(shape, (list, tuple, torch.Size)) or not shape:
+        return None
+    w, b, eps = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias"), _arg(args, kwargs, 4, "eps", 1e-5)
+    dims = tuple(range(x.dim() - len(shape), x.dim()))
+    mean = x.mean(dims, keepdim=True)
+    rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + float(eps))
+    mags = (x.abs() + mean.abs()) * rstd
+    if isinstance(w, torch.Tensor):
+        mags = mags * w.abs()
+    if isinstance(b, torch.Tensor):
+        mags = mags + b.abs()
+    return mags if mags.shape == hi_out.shape else None
 
 
 def _absolute(t):

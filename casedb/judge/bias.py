@@ -24,6 +24,19 @@ the target's error minus the CPU reference's own, with the same sign: a CPU refe
 same way (an op whose correct result leans one way at this dtype) excuses the target.
 :func:`judge_bias` applies that to every part of a result and returns the part that decides.
 
+Elements computed from equal inputs share their error: a GPU's ``exp`` is up to 2 ULPs off, the
+same way each time for the same argument, so a softmax over bf16 logits (a few dozen distinct
+values, as the extremal ones around 96.7 are) carries a few dozen errors repeated millions of
+times, and their mean is a few draws, not millions (an H100: -0.155 ULP over 2 M elements from
+16 distinct values). :func:`values_of` keeps a prefix of the input that has the output's shape;
+the standard error of the means per distinct input value counts as the rows' does.
+
+Two correct results differ by a common factor: a mean computed as the sum times ``1/n``
+rounded to float32 (CUDA's) is scaled by ``fl(1/n) * n`` (casedb.judge.accumulation
+.reciprocal_factor), up to half a float32 ULP on every element, one way (an H100: +0.41 ULP over
+100 float32 means of 2,880 terms). Given that factor, a result biased against the reference but
+not against the reference times the factor passes.
+
 Why the floor is 0.15 ULP, not 0.1: fused kernels round an intermediate once per row (a
 softmax's normalizer, a norm's scale) and so shift every element of the row the same way; with
 few rows those errors are correlated, their mean over the tensor wanders by ~0.05 ULP, and
@@ -45,6 +58,7 @@ FLOOR = 0.15       # ULPs the mean must exceed whatever the count (see the modul
 MIN_COUNT = 64     # elements below which no mean is judged
 GROUPS = 16        # blocks a single row is cut into for the spread of block means
 MAX_GROUPS = 65536  # more rows than this are taken a few consecutive ones per group
+VALUE_PREFIX = 1 << 18  # elements of the input kept to group errors by input value
 
 
 @dataclass
@@ -79,6 +93,7 @@ class _Sums:
         self.q = dict.fromkeys(names, 0.0)
         self.gs = {k: torch.zeros(groups, dtype=torch.float64) for k in names}
         self.gn = torch.zeros(groups, dtype=torch.float64)
+        self.floor_se = dict.fromkeys(names, 0.0)  # standard errors measured another way (per input value)
 
     def add(self, group: torch.Tensor, **series: torch.Tensor) -> None:
         self.n += group.numel()
@@ -99,7 +114,21 @@ class _Sums:
         if int(full.sum()) >= 2:  # rows shifted as a whole (a per-row normalizer) count as one draw each
             means = self.gs[k][full] / self.gn[full]
             se = max(se, float(means.std()) / math.sqrt(means.numel()))
-        return max(FLOOR, K * se)
+        return max(FLOOR, K * max(se, self.floor_se[k]))
+
+    def by_value(self, inverse: torch.Tensor, **series: torch.Tensor) -> None:
+        """Elements grouped by their input value (``inverse``: the group of each): the spread of
+        the groups' means over the number of groups bounds each series' standard error."""
+        groups = int(inverse.max()) + 1 if inverse.numel() else 0
+        if groups < 2:
+            return
+        counts = torch.bincount(inverse, minlength=groups).to(torch.float64)
+        full = counts > 0
+        if int(full.sum()) < 2:
+            return
+        for k, v in series.items():
+            means = torch.bincount(inverse, weights=v, minlength=groups)[full] / counts[full]
+            self.floor_se[k] = float(means.std()) / math.sqrt(means.numel())
 
 
 def _groups(t: torch.Tensor) -> tuple[int, int]:
@@ -115,9 +144,21 @@ def _groups(t: torch.Tensor) -> tuple[int, int]:
     return -(-n // per), per
 
 
-def measure(ref: torch.Tensor, target: torch.Tensor, hi: torch.Tensor) -> Bias | None:
+def values_of(args, kwargs, out) -> torch.Tensor | None:
+    """The first VALUE_PREFIX elements (flat) of the first floating input shaped as ``out``,
+    the values its elements are computed from (elementwise ops, softmax, norms); None if none is."""
+    if not isinstance(out, torch.Tensor):
+        return None
+    for t in (*args, *kwargs.values()):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.shape == out.shape and t.layout == torch.strided:
+            return t.detach().reshape(-1)[:VALUE_PREFIX].to("cpu").clone()
+    return None
+
+
+def measure(ref: torch.Tensor, target: torch.Tensor, hi: torch.Tensor, values: torch.Tensor | None = None) -> Bias | None:
     """The bias of ``target`` (see the module docstring); None when it cannot be measured: not
-    floating, shapes differ, no scale (``hi`` all zero) or fewer than MIN_COUNT finite elements."""
+    floating, shapes differ, no scale (``hi`` all zero) or fewer than MIN_COUNT finite elements.
+    ``values``: the flat prefix of the input the elements are computed from (:func:`values_of`)."""
     if not (ref.dtype.is_floating_point and target.dtype == ref.dtype and hi.dtype.is_floating_point
             and ref.shape == target.shape == hi.shape and ref.layout == target.layout == hi.layout == torch.strided):
         return None
@@ -131,14 +172,18 @@ def measure(ref: torch.Tensor, target: torch.Tensor, hi: torch.Tensor) -> Bias |
     for r, t, h in flat_chunks(ref, target, hi):
         group = torch.arange(offset, offset + r.numel()) // per
         offset += r.numel()
-        r, t, h = r.to(torch.float64), t.to(torch.float64), h.to(torch.float64)
-        ok = torch.isfinite(r) & torch.isfinite(t) & torch.isfinite(h)
-        r, t, h, group = r[ok], t[ok], h[ok], group[ok]
-        scale = ulp_scale(h, ref.dtype, top)
-        e_t, e_r, sign = (t - h) / scale, (r - h) / scale, torch.sign(h)
-        sums.add(group, t=e_t, tm=e_t * sign, d=e_t - e_r, dm=(e_t - e_r) * sign)
+        e = _errors(r, t, h, ref.dtype, top)
+        if e is not None:
+            sums.add(group[e.pop("ok")], **e)
     if sums.n < MIN_COUNT:
         return None
+    if values is not None and values.numel():
+        n = values.numel()
+        first = [x.reshape(-1)[:n] for x in (ref, target, hi)]
+        e = _errors(*first, ref.dtype, top)
+        if e is not None:
+            inverse = torch.unique(values[:first[0].numel()], return_inverse=True)[1][e.pop("ok")]
+            sums.by_value(inverse, **e)
     direction = None
     for name, t, d in (("toward magnitude", "tm", "dm"), ("signed", "t", "d")):
         mt, md = sums.mean(t), sums.mean(d)
@@ -149,6 +194,19 @@ def measure(ref: torch.Tensor, target: torch.Tensor, hi: torch.Tensor) -> Bias |
     return Bias(mean=mean, toward=toward, ref_mean=mean - sums.mean("d"), ref_toward=toward - sums.mean("dm"),
                 count=sums.n, threshold=sums.threshold("tm" if direction != "signed" else "t"),
                 biased=direction is not None, direction=direction)
+
+
+def _errors(r, t, h, dtype, top) -> dict | None:
+    """The four series of signed errors (ULPs) over the elements finite on all three sides, and
+    ``ok``: which those are."""
+    r, t, h = r.to(torch.float64), t.to(torch.float64), h.to(torch.float64)
+    ok = torch.isfinite(r) & torch.isfinite(t) & torch.isfinite(h)
+    r, t, h = r[ok], t[ok], h[ok]
+    if not r.numel():
+        return None
+    scale = ulp_scale(h, dtype, top)
+    e_t, e_r, sign = (t - h) / scale, (r - h) / scale, torch.sign(h)
+    return {"ok": ok, "t": e_t, "tm": e_t * sign, "d": e_t - e_r, "dm": (e_t - e_r) * sign}
 
 
 def _parts(x, path: str = ""):
@@ -163,11 +221,13 @@ def _parts(x, path: str = ""):
         yield path, x
 
 
-def judge_bias(reference, target, hi) -> Bias | None:
+def judge_bias(reference, target, hi, *, values: torch.Tensor | None = None,
+               factor: float | None = None) -> Bias | None:
     """The bias of a whole result (``{"output": ..., "args[0]": ...}`` as casedb.run.execute keeps
     them): the first biased part, else the measured part with the largest mean toward the
     magnitude; None when no part can be measured (or the structures differ: the other judges
-    report that)."""
+    report that). ``values`` (:func:`values_of`) and ``factor``
+    (casedb.judge.accumulation.reciprocal_factor) concern the output: see the module docstring."""
     refs, tgts, his = (list(_parts(x)) for x in (reference, target, hi))
     if not (len(refs) == len(tgts) == len(his)):
         return None
@@ -175,7 +235,12 @@ def judge_bias(reference, target, hi) -> Bias | None:
     for (path, r), (_, t), (_, h) in zip(refs, tgts, his):
         if not all(isinstance(x, torch.Tensor) for x in (r, t, h)):
             continue
-        b = measure(r, t, h)
+        own = path in ("output", "")
+        b = measure(r, t, h, values if own else None)
+        if b is not None and b.biased and own and factor is not None:
+            scaled = measure(r, t, h * factor, values)  # the mean as the sum times fl(1/n)
+            if scaled is not None and not scaled.biased:
+                b = scaled
         if b is not None:
             b.where = path
             if b.biased:
@@ -192,7 +257,8 @@ def decide(execution, verdict, comparison):
     if ex.reference_hi is None or ex.reference is None or ex.target is None or ex.compare_mode != "values":
         return comparison
     if "bias" not in ex._cache:
-        ex._cache["bias"] = judge_bias(ex.reference, ex.target, ex.reference_hi)
+        ex._cache["bias"] = judge_bias(ex.reference, ex.target, ex.reference_hi, values=ex.bias_values,
+                                       factor=ex.bias_factor)
     b = ex._cache["bias"]
     if b is None:
         return comparison

@@ -112,6 +112,8 @@ class Execution:
     target: Any = None
     reference_hi: Any = None
     reference_mag: Any = None                    # summing ops: their error scale (casedb.judge.accumulation)
+    bias_values: Any = None                      # the input the output's elements come from (casedb.judge.bias.values_of)
+    bias_factor: float | None = None             # means: fl(1/n) * n (casedb.judge.accumulation.reciprocal_factor)
     ref_error: ErrorInfo | None = None
     target_error: ErrorInfo | None = None
     ref_hi_error: ErrorInfo | None = None

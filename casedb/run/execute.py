@@ -30,7 +30,7 @@ import torch
 from casedb.cases import dtypes
 from casedb.cases.materialize import Prepared, prepare, result_leaves, torch_dtype, upcast_caster
 from casedb.cases.ops import OpInfo, UnknownOpError, get_arg, op_info
-from casedb.judge import accumulation, numerics, ties
+from casedb.judge import accumulation, bias, numerics, ties
 from casedb.judge.compare import compare
 from casedb.judge.execution import ErrorInfo, Execution
 from casedb.run import refcache
@@ -271,11 +271,13 @@ def _high_precision(ex: Execution, s: _Setup, hi_dtype: torch.dtype, case: dict,
         found = cache.load(name)
         if found is not None:
             ex.reference_hi, ex.reference_mag = found["reference_hi"], found["reference_mag"]
+            ex.bias_values, ex.bias_factor = found.get("bias_values"), found.get("bias_factor")
             ex.t_ref_hi = perf_counter() - t0
             return
     _run_upcast(ex, s, hi_dtype, case["op"])
     if name is not None and ex.reference is not None and ex.reference_hi is not None:
-        cache.store(name, {"reference_hi": ex.reference_hi, "reference_mag": ex.reference_mag})
+        cache.store(name, {"reference_hi": ex.reference_hi, "reference_mag": ex.reference_mag,
+                           "bias_values": ex.bias_values, "bias_factor": ex.bias_factor})
 
 
 def _prepare(case: dict, load_blob, cache) -> tuple[Prepared, bool]:
@@ -379,7 +381,11 @@ def _run_upcast(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, cast=N
         ex.ref_hi_error = ErrorInfo.from_exception(out, "reference_hi")
     del out
     if ok and isinstance(ex.reference_hi, dict):
-        ex.reference_mag = _error_scale(ex, s, op, ex.reference_hi.get("output"), (a, k), cast)
+        hi_out, low = ex.reference_hi.get("output"), ex.reference.get("output") if isinstance(ex.reference, dict) else None
+        if isinstance(low, torch.Tensor) and low.is_floating_point():
+            ex.bias_values = None if s.keys else bias.values_of(a, k, hi_out)  # written inputs hold results
+            ex.bias_factor = accumulation.reciprocal_factor(op, a, k, hi_out, low.dtype)
+        ex.reference_mag = _error_scale(ex, s, op, hi_out, (a, k), cast)
 
 
 def _error_scale(ex: Execution, s: _Setup, op: str, out, inputs: tuple | None, cast) -> dict | None:

@@ -49,7 +49,7 @@ _INPUT_CODE = ("cases/materialize.py", "cases/generators.py", "cases/value_range
                "cases/blobs.py", "run/inputcache.py")
 # ... and a cached reference: those inputs, their layout and how the reference is called
 _CODE = _INPUT_CODE + ("cases/presets.py", "cases/ops.py", "run/execute.py", "run/refcache.py",
-                       "judge/accumulation.py", "judge/ties.py")
+                       "judge/accumulation.py", "judge/ties.py", "judge/bias.py")
 
 
 class Uncacheable(Exception):

@@ -1,6 +1,7 @@
 """A correct backend that computes as a GPU does (tests/test_accumulation.py): casedb_gpu_like
-sorts with the indices of equal values descending (an unstable sort) and sums the last dim in
-blocks of 32 (a tree, not the CPU's order). Its results are right; a judge must pass them."""
+sorts with the indices of equal values descending (an unstable sort), sums the last dim in
+blocks of 32 (a tree, not the CPU's order) and takes a mean as the sum times 1/n rounded to
+float32 (CUDA's). Its results are right; a judge must pass them."""
 import torch
 from torch._dynamo import register_backend
 
@@ -22,6 +23,9 @@ def _gpu_like(gm, example_inputs):
         if torch.sort in ops:
             values, idx = out
             return [values, _unstable(values, idx)]
+        if torch.mean in ops:  # the float32 sum times fl(1/n)
+            x = args[0]
+            return [x.double().sum(-1).float() * torch.tensor(1.0 / x.shape[-1], dtype=torch.float32)]
         if torch.sum in ops:  # the blocked order, in the input's dtype
             x = args[0]
             return [x.view(*x.shape[:-1], -1, 32).sum(-1).sum(-1)]
