@@ -273,3 +273,40 @@ def test_a_cumsum_along_an_outer_dim_summed_sequentially_passes_and_a_scaled_one
     gpu = torch.stack(rows)
     assert verdict(c, ex, gpu).outcome == "passed"
     assert verdict(c, ex, gpu * (1 + 2**-19)).outcome == "failed"
+
+
+@pytest.fixture
+def bf16_reduction():
+    """torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction, restored after the test (a
+    property of torch's cuBLAS module: monkeypatch cannot put it back)."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_bf16_reduced_precision_reduction
+    yield matmul
+    matmul.allow_bf16_reduced_precision_reduction = before
+
+
+def test_a_cuda_bf16_matmul_failure_names_cublas_reduced_precision_setting(bf16_reduction):
+    """An H100's bf16 lm_head was 22.7 ULPs off with PyTorch's default (cuBLAS may sum split-K
+    partials in bf16) and passed with it off: a failure on CUDA says which setting was on."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    bf16_reduction.allow_bf16_reduced_precision_reduction = True
+    flag = "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction"
+    assert accumulation.reduced_precision_reduction("torch.nn.functional.linear", cuda, torch.bfloat16) == flag
+    assert accumulation.reduced_precision_reduction("torch.nn.functional.linear", cpu, torch.bfloat16) is None
+    assert accumulation.reduced_precision_reduction("torch.nn.functional.linear", cuda, torch.float32) is None
+    assert accumulation.reduced_precision_reduction("torch.add", cuda, torch.bfloat16) is None
+    bf16_reduction.allow_bf16_reduced_precision_reduction = False
+    assert accumulation.reduced_precision_reduction("torch.matmul", cuda, torch.bfloat16) is None
+
+    c = case("torch.nn.functional.linear", T([4, 2048], "bfloat16"), T([256, 2048], "bfloat16"))
+    ex, (x, w) = measured(c)
+    ex.notes["reduced_precision_reduction"] = flag  # what the worker notes on such a CUDA call
+    partials = torch.stack([torch.nn.functional.linear(p, q).to(torch.bfloat16)  # split-K partials in bf16
+                            for p, q in zip(x.float().split(256, -1), w.float().split(256, -1))])
+    summed = partials[0]
+    for p in partials[1:]:
+        summed = (summed.float() + p.float()).to(torch.bfloat16)
+    v = verdict(c, ex, summed)
+    assert v.outcome == "failed" and f"({flag} was True: cuBLAS may sum split-K partials" in v.reason
+    ex.notes.clear()
+    assert "cuBLAS" not in verdict(c, ex, summed).reason

@@ -187,6 +187,20 @@ def error_scale(op: str, fn: Callable, args, kwargs, hi_out: Any, dtype: torch.d
     return scale
 
 
+MATMUL_OPS = frozenset(n for n in ACCUMULATING_OPS if n.endswith(("mm", "matmul", "__matmul__", "linear", "einsum")))
+_REDUCED = {torch.bfloat16: "allow_bf16_reduced_precision_reduction", torch.float16: "allow_fp16_reduced_precision_reduction"}
+
+
+def reduced_precision_reduction(op: str | None, device: torch.device, dtype: torch.dtype) -> str | None:
+    """The PyTorch setting that lets cuBLAS sum a bf16/fp16 matmul's split-K partials in that
+    dtype, when it is on for this call (a CUDA matmul of such an output); else None. An H100's bf16
+    lm_head was 22.7 ULPs off with it on (PyTorch's default) and passed with it off."""
+    flag = _REDUCED.get(dtype)
+    if flag is None or device.type != "cuda" or not op or _name(op) not in MATMUL_OPS:
+        return None
+    return f"torch.backends.cuda.matmul.{flag}" if getattr(torch.backends.cuda.matmul, flag, False) else None
+
+
 def _affine_terms(args, kwargs, hi_out: torch.Tensor) -> torch.Tensor | None:
     """``|w| * (|x| + |mean|) * rstd + |b|`` of a layer_norm call (its upcast inputs), per element."""
     x, shape = (args[0] if args else None), _arg(args, kwargs, 1, "normalized_shape", ())

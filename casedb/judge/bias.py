@@ -151,7 +151,8 @@ def values_of(args, kwargs, out) -> torch.Tensor | None:
         return None
     for t in (*args, *kwargs.values()):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.shape == out.shape and t.layout == torch.strided:
-            return t.detach().reshape(-1)[:VALUE_PREFIX].to("cpu").clone()
+            # float32 keeps every value of a low-precision input apart (the upcast ones are float64)
+            return t.detach().reshape(-1)[:VALUE_PREFIX].to("cpu", torch.float32, copy=True)
     return None
 
 

@@ -218,6 +218,9 @@ def _judge_result(v: Verdict, ex: Execution, pairs: dict) -> None:
         v.outcome, v.reason, v.stage = "not_exercised", c.reason, "not exercised"
     elif not c.passed:
         v.outcome, v.reason, v.stage = "failed", c.reason, "incorrect result"
+        if ex.notes.get("reduced_precision_reduction"):
+            v.reason += (f" ({ex.notes['reduced_precision_reduction']} was True: cuBLAS may sum split-K partials "
+                         "in the output dtype; to judge the kernel alone, --import a module that sets it False)")
     elif ex.deterministic is False:
         v.outcome, v.reason, v.stage = "failed", f"nondeterministic: {ex.determinism_detail}", "incorrect result"
     elif not ex.exercised:

@@ -458,6 +458,10 @@ def _first_target_call(ex: Execution, fn, probe: Probe | None, inputs: tuple, de
     else:
         ex.t_exec = t1
     _check_exercised(ex, probe, out, dev)
+    if isinstance(out, torch.Tensor):
+        reduced = accumulation.reduced_precision_reduction(ex.op, dev, out.dtype)
+        if reduced:
+            ex.notes["reduced_precision_reduction"] = reduced
     ex.target = _result(out, keys, args, kwargs, to_cpu=True, op=ex.op)
     return True
 
