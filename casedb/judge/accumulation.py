@@ -191,7 +191,7 @@ MATMUL_OPS = frozenset(n for n in ACCUMULATING_OPS if n.endswith(("mm", "matmul"
 _REDUCED = {torch.bfloat16: "allow_bf16_reduced_precision_reduction", torch.float16: "allow_fp16_reduced_precision_reduction"}
 
 
-def reduced_precision_reduction(op: str | None, device: torch.device, dtype: torch.dtype) -> str | None:
+def reduced_precision_reduction(op: str | None, device: torch.device, dtype: torch.dtype | None) -> str | None:
     """The PyTorch setting that lets cuBLAS sum a bf16/fp16 matmul's split-K partials in that
     dtype, when it is on for this call (a CUDA matmul of such an output); else None. An H100's bf16
     lm_head was 22.7 ULPs off with it on (PyTorch's default) and passed with it off."""

@@ -19,11 +19,9 @@ No database access here; tensors are built by :mod:`casedb.cases.materialize`, o
 from __future__ import annotations
 
 import re
-import signal
-import threading
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -35,106 +33,10 @@ from casedb.judge.compare import compare
 from casedb.judge.execution import ErrorInfo, Execution
 from casedb.run import refcache
 from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage
+from casedb.run.calls import _call, _to_cpu, _watch, is_case_outcome, watch_interrupts  # noqa: F401 (re-exported)
 from casedb.run.refcache import ReferenceCache
 
 _VALUE_FREE = re.compile(r"(^|\.)(zeros|ones|full|empty|rand|randn|randint)_like$|(^|\.)new_(zeros|ones|full|empty)$")
-
-def _sync(dev: torch.device) -> None:
-    if dev.type != "cpu":
-        sync = getattr(getattr(torch, dev.type, None), "synchronize", None)
-        if sync is not None:
-            sync()
-
-
-_interrupted = False
-
-
-def watch_interrupts() -> None:
-    """Tell a user's Ctrl-C apart from an op that raises KeyboardInterrupt: only the first stops
-    a run (a SIGINT handler notes it, then does what the previous handler did)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if getattr(previous, "casedb", False) or previous in (signal.SIG_IGN, None):
-        return
-
-    def on_sigint(signum, frame):
-        global _interrupted
-        _interrupted = True
-        if callable(previous):
-            previous(signum, frame)
-        else:
-            raise KeyboardInterrupt
-
-    on_sigint.casedb = True
-    signal.signal(signal.SIGINT, on_sigint)
-
-
-def is_case_outcome(e: BaseException) -> bool:
-    """Whatever a case raises is its outcome (SystemExit, KeyboardInterrupt too), except the
-    KeyboardInterrupt of a real Ctrl-C."""
-    return not (isinstance(e, KeyboardInterrupt) and _interrupted)
-
-
-def _call(fn, args, kwargs, dev):
-    """(ok, output or exception, seconds)."""
-    _sync(dev)
-    t = perf_counter()
-    try:
-        out = fn(*args, **kwargs)
-        _sync(dev)
-    except BaseException as e:  # any failure of the op is a result, not a crash of the runner
-        if not is_case_outcome(e):
-            raise
-        return False, e, perf_counter() - t
-    _leave_contexts(out)
-    return True, out, perf_counter() - t
-
-
-def _leave_contexts(out) -> None:
-    """An op that enters a context (torch.amp's _enter_autocast) returns it entered: leave it,
-    or autocast would stay on for every later case in this process."""
-    unmanaged = getattr(torch.amp.autocast_mode, "_UnmanagedAutocast", None)
-    parts = out if isinstance(out, (list, tuple)) else [out]
-    for x in parts:
-        if unmanaged is not None and isinstance(x, unmanaged):
-            torch.amp.autocast_mode._exit_autocast(x)
-
-
-def _to_cpu(x):
-    if isinstance(x, torch.Tensor):
-        return x if x.device.type == "cpu" else x.detach().to("cpu")
-    if isinstance(x, (list, tuple)):
-        items = [_to_cpu(i) for i in x]
-        if type(x) in (list, tuple):
-            return type(x)(items)
-        for build in (lambda: type(x)(items), lambda: type(x)(*items)):  # structseq, namedtuple
-            try:
-                return build()
-            except TypeError:
-                continue
-        return tuple(items)
-    if isinstance(x, dict):
-        return {k: _to_cpu(v) for k, v in x.items()}
-    return x
-
-
-def _watch(args, kwargs) -> list:
-    out = []
-    for i, a in enumerate(args):
-        _watch_one(f"args[{i}]", a, out)
-    for k, a in kwargs.items():
-        _watch_one(f"kwargs[{k}]", a, out)
-    return out
-
-
-def _watch_one(key, a, out):
-    if isinstance(a, torch.Tensor):
-        out.append((key, a, a._version))
-    elif isinstance(a, (list, tuple)):
-        for t in a:
-            if isinstance(t, torch.Tensor):
-                out.append((key, t, t._version))
 
 
 def _result(out, keys, args, kwargs, to_cpu: bool, op: str | None = None) -> dict:
@@ -263,6 +165,9 @@ def _keep_reference(ex: Execution, s: _Setup, case: dict, cache) -> None:
         cache.store(refcache.key(case, "reference"), {"reference": ex.reference, "mutated": list(s.keys)})
 
 
+_HI_KEYS = ("reference_hi", "reference_mag", "bias_values", "bias_factor")  # what the upcast reference gives
+
+
 def _high_precision(ex: Execution, s: _Setup, hi_dtype: torch.dtype, case: dict, cache) -> None:
     """The upcast reference: from ``cache``, else run (and kept there)."""
     name = None if cache is None else refcache.key(case, "hi", str(hi_dtype))
@@ -270,14 +175,13 @@ def _high_precision(ex: Execution, s: _Setup, hi_dtype: torch.dtype, case: dict,
         t0 = perf_counter()
         found = cache.load(name)
         if found is not None:
-            ex.reference_hi, ex.reference_mag = found["reference_hi"], found["reference_mag"]
-            ex.bias_values, ex.bias_factor = found.get("bias_values"), found.get("bias_factor")
+            for key in _HI_KEYS:
+                setattr(ex, key, found.get(key))
             ex.t_ref_hi = perf_counter() - t0
             return
     _run_upcast(ex, s, hi_dtype, case["op"])
     if name is not None and ex.reference is not None and ex.reference_hi is not None:
-        cache.store(name, {"reference_hi": ex.reference_hi, "reference_mag": ex.reference_mag,
-                           "bias_values": ex.bias_values, "bias_factor": ex.bias_factor})
+        cache.store(name, {key: getattr(ex, key) for key in _HI_KEYS})
 
 
 def _prepare(case: dict, load_blob, cache) -> tuple[Prepared, bool]:
@@ -382,7 +286,7 @@ def _run_upcast(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, cast=N
     del out
     if ok and isinstance(ex.reference_hi, dict):
         hi_out, low = ex.reference_hi.get("output"), ex.reference.get("output") if isinstance(ex.reference, dict) else None
-        if isinstance(low, torch.Tensor) and low.is_floating_point():
+        if isinstance(low, torch.Tensor) and low.is_floating_point():  # what the bias judge reads beside hi
             ex.bias_values = None if s.keys else bias.values_of(a, k, hi_out)  # written inputs hold results
             ex.bias_factor = accumulation.reciprocal_factor(op, a, k, hi_out, low.dtype)
         ex.reference_mag = _error_scale(ex, s, op, hi_out, (a, k), cast)
@@ -458,10 +362,8 @@ def _first_target_call(ex: Execution, fn, probe: Probe | None, inputs: tuple, de
     else:
         ex.t_exec = t1
     _check_exercised(ex, probe, out, dev)
-    if isinstance(out, torch.Tensor):
-        reduced = accumulation.reduced_precision_reduction(ex.op, dev, out.dtype)
-        if reduced:
-            ex.notes["reduced_precision_reduction"] = reduced
+    if reduced := accumulation.reduced_precision_reduction(ex.op, dev, getattr(out, "dtype", None)):
+        ex.notes["reduced_precision_reduction"] = reduced
     ex.target = _result(out, keys, args, kwargs, to_cpu=True, op=ex.op)
     return True
 
