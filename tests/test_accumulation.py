@@ -310,3 +310,24 @@ def test_a_cuda_bf16_matmul_failure_names_cublas_reduced_precision_setting(bf16_
     assert v.outcome == "failed" and f"({flag} was True: cuBLAS may sum split-K partials" in v.reason
     ex.notes.clear()
     assert "cuBLAS" not in verdict(c, ex, summed).reason
+
+
+def test_inductors_cpu_layer_norm_of_extremal_values_passes():
+    """A real inductor (CPU) layer_norm on the extremal variant of a SigLIP case: its mean and variance
+    of 1,152 one-signed values around 4.3e9 are float32 sums taken lane by lane, 11 ULPs of the terms'
+    magnitude off where w * x_hat and b cancel (the extremal control's one false alarm). Judged at
+    log2 growth it failed; at a sequential sum's it passes, and a bf16-rounded result still fails."""
+    from casedb.cases.value_ranges import variant
+
+    random = {"op": "torch.nn.functional.layer_norm", "signature": "78a060630edc970a1a0d30bf15e168b2"
+              "06c0073fa42dd97a5cfcb3988182c355", "seed": None,
+              "inputs": [{"tensor": {"dtype": "bfloat16", "init": "randn", "preset": "strided", "shape": [5, 729, 1152],
+                                     "preset_args": {"storage_offset": 0, "stride": [839808, 1, 729]}}},
+                         {"value": [1152]}],
+              "attrs": {"bias": {"tensor": {"dtype": "bfloat16", "init": "randn", "shape": [1152]}}, "eps": 1e-06,
+                        "weight": {"tensor": {"dtype": "bfloat16", "init": "randn", "shape": [1152]}}}}
+    c = variant(random, "extremal")
+    ex = run_case(c, backend="inductor", high_precision=True)
+    assert ex.ref_error is None and ex.target_error is None and ex.reference_mag is not None
+    assert verdict(c, ex, ex.target["output"]).outcome == "passed"
+    assert verdict(c, ex, (ex.target["output"].float() * (1 + 2**-7)).to(torch.bfloat16)).outcome == "failed"
