@@ -182,6 +182,27 @@ def test_errors_repeated_per_input_value_are_few_draws_not_many():
     assert truncated.biased and truncated.toward == pytest.approx(-0.5, abs=0.05)
 
 
+def test_a_value_weighs_by_its_share_of_the_elements():
+    """Softmax logits near their row's maximum: two values hold 95 % of the elements and 38
+    others the rest. The mean error is the two common values' errors, two draws however many
+    rare values there are; the rare ones must not shrink the threshold. A truncation stays caught."""
+    g = torch.Generator().manual_seed(7)
+    n = 65536
+    u = torch.rand(n, generator=g)
+    rare = 2 + torch.randint(0, 38, (n,), generator=g)
+    idx = torch.where(u < 0.5, 0, torch.where(u < 0.95, 1, rare))
+    values = idx.to(torch.float32) / 2
+    hi = torch.rand(n, generator=g, dtype=torch.float64) + 1  # [1, 2): one float32 ULP is 2**-23
+    ref = hi.float()
+    per_value = torch.cat([torch.tensor([-0.6, 0.0]), torch.rand(38, generator=g) * 0.2 - 0.1])
+    target = (hi + (per_value[idx] * 2**-23).double()).float()
+    b = bias.measure(ref, target, hi, values=values)
+    assert b.toward == pytest.approx(-0.3, abs=0.02)
+    assert not b.biased and b.threshold > 0.5  # unweighted, 40 values as 40 draws: 0.15, and biased
+    truncated = bias.measure(ref, truncate(hi, torch.float32), hi, values=values)
+    assert truncated.biased and truncated.toward == pytest.approx(-0.5, abs=0.05)
+
+
 def test_values_of_takes_the_input_shaped_as_the_output():
     x, w = torch.arange(12.0).reshape(3, 4), torch.ones(4)
     assert torch.equal(bias.values_of((w, x), {}, torch.zeros(3, 4)), x.reshape(-1))

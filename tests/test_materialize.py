@@ -13,7 +13,8 @@ import torch
 
 from casedb.cases.blobs import decode as tensor_from_bytes
 from casedb.cases.blobs import encode as tensor_bytes
-from casedb.cases.materialize import MaterializeError, case_seed, materialize, prepare
+from casedb.cases.materialize import (MaterializeError, case_seed, materialize, prepare, upcast_caster,
+                                      widen_dtype_keyword)
 
 SIG = "9f2c" + "ab" * 30
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +169,20 @@ def test_dtype_override_keeps_values():
     assert h2.dtype == torch.float64 and torch.equal(h2, h.double())
     assert i2.dtype == torch.int64 and torch.equal(i2, i)
     assert z2.dtype == torch.complex128 and torch.equal(z2, z.to(torch.complex128))
+
+
+def test_the_upcast_reference_computes_in_its_own_precision_not_a_dtype_keyword():
+    # softmax(x, dtype=float32) upcast only in x would compute in float32 again: the CPU
+    # reference itself, so its own error would read 0 and the target's would be measured against it
+    to64, to32 = upcast_caster(torch.float64), upcast_caster(torch.float32)
+    kw = {"dim": -1, "dtype": torch.float32}
+    assert widen_dtype_keyword("torch.nn.functional.softmax", kw, to64) == {"dim": -1, "dtype": torch.float64}
+    assert kw == {"dim": -1, "dtype": torch.float32}  # the case's own keywords untouched
+    assert widen_dtype_keyword("torch.Tensor.to", {"dtype": torch.bfloat16}, to32) == {"dtype": torch.float32}
+    assert widen_dtype_keyword("torch.sum", {"dtype": torch.float64}, to64) == {"dtype": torch.float64}
+    assert widen_dtype_keyword("torch.sum", {"dtype": torch.int64}, to64) == {"dtype": torch.int64}
+    assert widen_dtype_keyword("torch.Tensor.view", {"dtype": torch.float16}, to64) == {"dtype": torch.float16}
+    assert widen_dtype_keyword("torch.add", {"alpha": 2}, to64) == {"alpha": 2}
 
 
 def test_place_shares_or_copies():

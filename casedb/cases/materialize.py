@@ -277,6 +277,18 @@ def upcast_caster(dtype: "str | torch.dtype") -> Caster:
     return cast
 
 
+def widen_dtype_keyword(op: str | None, kwargs: dict, cast: Caster) -> dict:
+    """``kwargs`` with a floating ``dtype=`` widened by ``cast`` as the tensors are, for the upcast
+    reference: ``softmax(x, dtype=torch.float32)`` then computes in float64 as its inputs do,
+    where it would compute in float32 again and so measure the target against the CPU reference
+    itself. A view's dtype reinterprets bits: kept."""
+    dt = kwargs.get("dtype")
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point or "view" in str(op or ""):
+        return kwargs
+    to = cast(dt)
+    return kwargs if to is None or to == dt else {**kwargs, "dtype": to}
+
+
 _COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 

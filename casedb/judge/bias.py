@@ -29,7 +29,9 @@ same way each time for the same argument, so a softmax over bf16 logits (a few d
 values, as the extremal ones around 96.7 are) carries a few dozen errors repeated millions of
 times, and their mean is a few draws, not millions (an H100: -0.155 ULP over 2 M elements from
 16 distinct values). :func:`values_of` keeps a prefix of the input that has the output's shape;
-the standard error of the means per distinct input value counts as the rows' does.
+the standard error over the distinct input values (cluster-robust: each value's errors summed,
+so a value weighs by its share of the elements) counts as the rows' does: softmax logits near
+their row's maximum put most elements on two or three values, which are then the few draws.
 
 Two correct results differ by a common factor: a mean computed as the sum times ``1/n``
 rounded to float32 (CUDA's) is scaled by ``fl(1/n) * n`` (casedb.judge.accumulation
@@ -117,8 +119,8 @@ class _Sums:
         return max(FLOOR, K * max(se, self.floor_se[k]))
 
     def by_value(self, inverse: torch.Tensor, **series: torch.Tensor) -> None:
-        """Elements grouped by their input value (``inverse``: the group of each): the spread of
-        the groups' means over the number of groups bounds each series' standard error."""
+        """Elements grouped by their input value (``inverse``: the group of each): the groups'
+        summed residuals bound each series' standard error (see the module docstring)."""
         groups = int(inverse.max()) + 1 if inverse.numel() else 0
         if groups < 2:
             return
@@ -126,9 +128,12 @@ class _Sums:
         full = counts > 0
         if int(full.sum()) < 2:
             return
+        n, g = float(counts.sum()), int(full.sum())
         for k, v in series.items():
-            means = torch.bincount(inverse, weights=v, minlength=groups)[full] / counts[full]
-            self.floor_se[k] = float(means.std()) / math.sqrt(means.numel())
+            # cluster-robust: each value's residuals summed, so a value's share of the elements
+            # weighs its error (a few common values are a few draws, whatever the rare ones do)
+            resid = torch.bincount(inverse, weights=v - v.mean(), minlength=groups)[full]
+            self.floor_se[k] = math.sqrt(float((resid * resid).sum()) * g / (g - 1)) / n
 
 
 def _groups(t: torch.Tensor) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from casedb.cases import dtypes
-from casedb.cases.materialize import Prepared, prepare, result_leaves, torch_dtype, upcast_caster
+from casedb.cases.materialize import Prepared, prepare, result_leaves, torch_dtype, upcast_caster, widen_dtype_keyword
 from casedb.cases.ops import OpInfo, UnknownOpError, get_arg, op_info
 from casedb.judge import accumulation, bias, numerics, ties
 from casedb.judge.compare import compare
@@ -276,6 +276,7 @@ def _run_upcast(ex: Execution, s: _Setup, hi_dtype: torch.dtype, op: str, cast=N
     cast = cast or upcast_caster(hi_dtype)
     try:
         a, k = s.prepared.place(cpu, cast=cast, fresh=True)
+        k = widen_dtype_keyword(op, k, cast)
         ok, out, ex.t_ref_hi = _call(s.info.fn, a, k, cpu)
     except Exception as e:
         ok, out = False, e
@@ -300,7 +301,11 @@ def _error_scale(ex: Execution, s: _Setup, op: str, out, inputs: tuple | None, c
     if accumulation.kind(op) is None or not isinstance(out, torch.Tensor) or not isinstance(low, torch.Tensor) \
             or not low.is_floating_point():
         return None
-    a, k = s.prepared.place(torch.device("cpu"), cast=cast, fresh=bool(s.keys)) if s.keys or inputs is None else inputs
+    if s.keys or inputs is None:
+        a, k = s.prepared.place(torch.device("cpu"), cast=cast, fresh=bool(s.keys))
+        k = k if cast is None else widen_dtype_keyword(op, k, cast)
+    else:
+        a, k = inputs
     scale = accumulation.error_scale(op, s.info.fn, a, k, out, low.dtype)
     return None if scale is None else {key: scale for key in ("output", *s.keys)}
 

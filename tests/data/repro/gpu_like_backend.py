@@ -1,7 +1,8 @@
 """A correct backend that computes as a GPU does (tests/test_accumulation.py): casedb_gpu_like
 sorts with the indices of equal values descending (an unstable sort), sums the last dim in
 blocks of 32 (a tree, not the CPU's order) and takes a mean as the sum times 1/n rounded to
-float32 (CUDA's). Its results are right; a judge must pass them."""
+float32 (CUDA's), and a softmax as exp(x - max) / sum with a correctly rounded float32 division
+(CUDA's kernel; the CPU multiplies by 1 / sum). Its results are right; a judge must pass them."""
 import torch
 from torch._dynamo import register_backend
 
@@ -20,6 +21,10 @@ def _gpu_like(gm, example_inputs):
 
     def run(*args):
         out = gm(*args)
+        if torch.nn.functional.softmax in ops:  # float32 of the (bf16) logits, divided by the sum
+            x = args[0].float()
+            e = torch.exp(x - x.amax(-1, keepdim=True))
+            return [e / e.sum(-1, keepdim=True)]
         if torch.sort in ops:
             values, idx = out
             return [values, _unstable(values, idx)]
