@@ -5,12 +5,16 @@ from __future__ import annotations
 import datetime as _dt
 import json
 
+# json.dumps with these options builds an encoder per call: one, made once, is what a big
+# import's thousands of dumps want (the same text).
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
 
 def dumps(obj) -> str | None:
     """Compact, key-sorted JSON (None stays NULL); values JSON cannot hold are written as text."""
     if obj is None:
         return None
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(obj)
 
 
 def loads(text):

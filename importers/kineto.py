@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import marshal
 import re
-from collections import Counter
 from itertools import groupby
 from operator import itemgetter
 from typing import Any, Iterator, Union
@@ -54,6 +53,7 @@ _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
 _OP_CATS = frozenset(("cpu_op", "Operator", "operator"))
 _INT = re.compile(r"^[+-]?\d+$")
 _SNIFF_BYTES = 1 << 16
+_NO_THREAD = object()
 
 
 _KINETO_HEAD = re.compile(rb'"traceEvents"\s*:\s*\[|"schemaVersion"\s*:')
@@ -246,8 +246,7 @@ def _group(path: str, level: str, max_bytes: int | None = None) -> list[tuple]:
     are built.
     """
     events = _events(path, max_bytes)
-    kept = _nested(path, events, _operator_events(events), top=level == "top")
-    return _same_calls(path, events, kept)
+    return _same_calls(path, events, _nested(path, events, top=level == "top"))
 
 
 def _events(path: str, max_bytes: int | None) -> list:
@@ -293,26 +292,34 @@ class _OpNames(dict):
         return ok
 
 
-def _operator_events(events: list) -> dict:
-    """Operator events per thread, as (ts, -dur, index, pid, tid): sorting puts parents before
-    children (the index is unique: pid and tid are never compared). The hot loop of a big
-    import: one comprehension; threads split by runs of one thread."""
+def _operator_events(events: list) -> Iterator[tuple]:
+    """The operator events in trace order, as (ts, -dur, index, pid, tid): sorting puts parents
+    before children (the index is unique: pid and tid are never compared)."""
     cats, is_op = _OP_CATS, _OpNames()
-    ops = [(e.ts, -(e.dur or 0), i, e.pid, e.tid) for i, e in enumerate(events)
-           if e is not None and e.cat in cats and is_op[e.name] and e.ph == "X"]
+    for i, e in enumerate(events):
+        # "cpu_op" compared first: no hash of the category of each event
+        if e is not None and (e.cat == "cpu_op" or e.cat in cats) and is_op[e.name] and e.ph == "X":
+            yield e.ts, -(e.dur or 0), i, e.pid, e.tid
+
+
+def _nested(path: str, events: list, *, top: bool) -> list[int]:
+    """Nesting by time on each thread: the indexes of the outermost (`top`) or innermost
+    operators, sorted."""
+    kept: list[int] = []
+    try:  # Kineto writes each thread's events in time order: then one pass, no sort
+        if _walk(_operator_events(events), top, kept, check=True):
+            kept.sort()
+            return kept
+    except TypeError:  # a missing or non-numeric time: the sorting pass below names the event
+        pass
+    kept = []
+    ops = list(_operator_events(events))
     threads: dict = {}
-    for key, run in groupby(ops, itemgetter(3, 4)):
+    for key, run in groupby(ops, itemgetter(3, 4)):  # threads split by runs of one thread
         lst = threads.get(key)
         if lst is None:
             lst = threads[key] = []
         lst.extend(run)
-    return threads
-
-
-def _nested(path: str, events: list, threads: dict, *, top: bool) -> list[int]:
-    """Nesting by time on each thread: the indexes of the outermost (`top`) or innermost
-    operators, sorted."""
-    kept: list[int] = []
     for lst in threads.values():
         try:
             lst.sort()
@@ -322,29 +329,41 @@ def _nested(path: str, events: list, threads: dict, *, top: bool) -> list[int]:
                 f"{path}: event {bad} ({events[bad].name}): missing or bad 'ts'/'dur'; "
                 f"the trace is corrupt: {_FIX}"
             ) from None
-        (_top if top else _leaves)(lst, kept)
+        _walk(lst, top, kept, check=False)
     kept.sort()
     return kept
 
 
-def _top(lst: list, kept: list) -> None:
-    """Append the indexes of the events of ``lst`` (sorted) that no other event contains."""
-    ends: list = []  # ends of the open nest, outermost first
-    for ts, ndur, i, _, _ in lst:
-        while ends:
-            end = ends[-1]
-            if ts < end or (ndur == 0 and ts <= end):
-                break
-            ends.pop()
-        if not ends:
-            kept.append(i)
-        ends.append(ts - ndur)
+def _walk(ops, top: bool, kept: list, *, check: bool) -> bool:
+    """Append to ``kept`` the indexes of the outermost (``top``) or innermost operators of
+    ``ops``, (ts, -dur, index, pid, tid) in time order on each thread. ``check``: return
+    False as soon as a thread's events are not in the order sorting would give them.
 
-
-def _leaves(lst: list, kept: list) -> None:
-    """Append the indexes of the events of ``lst`` (sorted) that contain no other event."""
-    stack: list[list] = []  # [end, index, has_child]
-    for ts, ndur, i, _, _ in lst:
+    Outermost: every event since the last outermost one has ended (one of zero length: before
+    it starts). The events that ended end before any still open, so the latest end decides:
+    it is all that is kept, no stack. Innermost: a stack of the open events.
+    """
+    threads: dict = {}  # (pid, tid) -> [its last event, latest end (top) or open events]
+    pid = tid = state = _NO_THREAD
+    for op in ops:
+        ts, ndur, i, p, t = op
+        if p != pid or t != tid:
+            pid, tid = p, t
+            state = threads.get((p, t))
+            if state is None:
+                state = threads[p, t] = [op, None if top else []]
+        if check and op < state[0]:
+            return False
+        state[0] = op
+        if top:
+            end = state[1]
+            if end is None or not (ts < end or (ndur == 0 and ts <= end)):
+                kept.append(i)
+                state[1] = ts - ndur
+            elif ts - ndur > end:  # never true of a NaN end: as on a stack, it counts as ended
+                state[1] = ts - ndur
+            continue
+        stack = state[1]  # [end, index, has_child] of the open events
         while stack:
             end = stack[-1][0]
             if ts < end or (ndur == 0 and ts <= end):
@@ -355,7 +374,10 @@ def _leaves(lst: list, kept: list) -> None:
         if stack:
             stack[-1][2] = True
         stack.append([ts - ndur, i, False])
-    kept.extend(d[1] for d in stack if not d[2])
+    if not top:
+        for _, stack in threads.values():
+            kept.extend(d[1] for d in stack if not d[2])
+    return True
 
 
 def _same_calls(path: str, events: list, kept: list[int]) -> list[tuple]:
@@ -364,18 +386,28 @@ def _same_calls(path: str, events: list, kept: list[int]) -> list[tuple]:
     First by the raw text of the columns (cheap: nothing decoded), then the first event of each
     text decoded and keyed by value, so that texts of one value (``1.0`` and ``1.00``) merge.
     """
-    names_keys = [(e.name, _text_key(e.args)) for e in map(events.__getitem__, kept)]
-    by_text = Counter(names_keys)  # in first-occurrence order
-    first = dict(zip(reversed(names_keys), reversed(kept)))  # the earliest index wins
-    no_shapes = sum(n for (_, key), n in by_text.items() if key is None)
-    if kept and no_shapes == len(kept):
+    by_text: dict = {}  # (name, text key) -> [first index, count], in first-occurrence order
+    join = b"\0".join
+    for i in kept:  # the hot loop of grouping: one dict lookup per kept event
+        e = events[i]
+        a = e.args
+        if a.__class__ is _Args:  # _text_key, inlined
+            # JSON text never holds a NUL byte: the join is unambiguous
+            key = e.name, join((a.types, a.dims, a.strides, a.concrete)) if a.types and a.dims else None
+        else:
+            key = e.name, _text_key(a)
+        seen = by_text.get(key)
+        if seen is None:
+            by_text[key] = [i, 1]
+        else:
+            seen[1] += 1
+    if kept and all(key is None for _, key in by_text):
         raise TraceFormatError(
             f"{path}: no operator event has 'Input Dims': the trace was recorded without shapes; "
             "profile with torch.profiler.profile(record_shapes=True) and export it again"
         )
     groups: dict = {}
-    for (name, key), count in by_text.items():
-        i = first[name, key]
+    for (name, key), (i, count) in by_text.items():
         cols = None if key is None else _columns(path, events[i].args)
         value_key = (name, None if cols is None else _marshal_key(cols))
         g = groups.get(value_key)
@@ -387,10 +419,8 @@ def _same_calls(path: str, events: list, kept: list[int]) -> list[tuple]:
 
 
 def _text_key(a) -> bytes | None:
-    """A cheap key of an event's argument columns (None: no shapes)."""
-    if a.__class__ is _Args:
-        # JSON text never holds a NUL byte: the join is unambiguous
-        return b"\0".join((a.types, a.dims, a.strides, a.concrete)) if a.types and a.dims else None
+    """The key of the argument columns of an event the typed decoder did not build (args as
+    the stdlib read them; None: no shapes). :func:`_same_calls` keys an :class:`_Args` itself."""
     if a.__class__ is dict and "Input Dims" in a and "Input type" in a:
         return _marshal_key(_plain_columns(a))
     return None

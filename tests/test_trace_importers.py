@@ -64,6 +64,23 @@ def test_kineto_and_et_of_one_forward_give_the_same_calls(level):
     assert count(k) == count(e)
 
 
+@pytest.mark.parametrize("level", ["top", "leaf"])
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_kineto_events_out_of_time_order_give_the_same_calls(tmp_path, level, order):
+    # Kineto writes each thread in time order and the importer takes that one-pass path; a trace
+    # merged or edited out of order takes the sorting one, with the same result
+    doc = json.loads(LLAMA_K.read_text())
+    events = doc["traceEvents"]
+    if order == "reversed":
+        events.reverse()
+    else:
+        __import__("random").Random(3).shuffle(events)
+    moved = tmp_path / f"{order}.pt.trace.json"
+    moved.write_text(json.dumps(doc))
+    count = lambda rs: sorted((op_and_shapes(r), r["count"]) for r in rs)  # noqa: E731
+    assert count(kineto.parse(moved, level=level)) == count(kineto.parse(LLAMA_K, level=level))
+
+
 def test_top_level_hides_nested_calls_and_leaf_shows_them():
     top: dict = {}
     for r in kineto.parse(LLAMA_K):

@@ -118,11 +118,12 @@ def check_text(value: Any, what: str) -> None:
 
 def normalize_case(case: Any, defaults: dict, *, source: str | None = None, where: str | None = None,
                    base_dir: Path | None = None, allow_outside: bool = False,
-                   max_bytes: int | None = None) -> Normalized:
+                   max_bytes: int | None = None, safe_ops: set | None = None) -> Normalized:
     """Validate one case mapping and return its normalized form (raises InputError).
 
     ``file:`` inputs are read from below `base_dir` only, unless `allow_outside`; `max_bytes`
-    caps each such file (default ``importers.files.MAX_INPUT_BYTES``)."""
+    caps each such file (default ``importers.files.MAX_INPUT_BYTES``). `safe_ops`: the ops
+    this import found safe already (not checked again; an op that passes is added)."""
     where = _where(source, case, where)
     if not isinstance(case, dict):
         raise InputError(f"a case must be a mapping with at least 'op' and 'inputs', got {type(case).__name__}", where=where)
@@ -131,7 +132,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
         for k in case:
             if k not in CASE_KEYS:
                 raise ValueError(names.unknown_key_message(k, CASE_KEYS))
-        op, declared, ctx = _op_and_context(case, defaults, source, base_dir, allow_outside, max_bytes)
+        op, declared, ctx = _op_and_context(case, defaults, source, base_dir, allow_outside, max_bytes, safe_ops)
         inputs = _inputs(case, ctx)
         attrs = _attrs(case, ctx)
         seed = _int(case["seed"], "seed") if case.get("seed") is not None else None
@@ -169,12 +170,17 @@ def _case_name(case: dict, where: str | None) -> str | None:
     return name
 
 
-def _op_and_context(case: dict, defaults: dict, source, base_dir, allow_outside, max_bytes):
+def _op_and_context(case: dict, defaults: dict, source, base_dir, allow_outside, max_bytes, safe_ops):
     """(op, the case's own dtype or None, the context its inputs are read in)."""
     if "op" not in case:
         raise ValueError("missing 'op' (e.g. op: torch.add)")
     op = names.normalize_op(case["op"])
-    _refuse_unsafe_op(op)
+    if safe_ops is None or op not in safe_ops:
+        # the dispatcher's verdict on an op does not change within one import: a big trace's
+        # thousand cases of a few dozen ops look it up once each
+        _refuse_unsafe_op(op)
+        if safe_ops is not None:
+            safe_ops.add(op)
     declared = dtypes.canonical(case["dtype"]) if case.get("dtype") is not None else None
     case_dtype = declared or dtypes.canonical(defaults.get("dtype") or "float32")
     return op, declared, InputContext(source, base_dir, case_dtype, allow_outside, max_bytes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import inspect
 import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -76,11 +77,27 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+_OP_PREFIX = re.compile(r"^(torch\.ops\.|torch\.nn\.functional\.|torch\.Tensor\.|torch\.)")
+
+
 def _auto_name(op: str, sig: str) -> str:
-    short = re.sub(r"^(torch\.ops\.|torch\.nn\.functional\.|torch\.Tensor\.|torch\.)", "", op)
+    short = _OP_PREFIX.sub("", op)
     return f"{short.replace('.', '_').strip('_')}_{sig[:8]}"
 
 
+@contextmanager
+def _paused_gc():
+    """Many small live objects and no cycles: the collector's repeated walks would dominate."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@_paused_gc()
 def prepare(paths, *, format: str | None = None, model: str | None = None,
             strict: bool = False, options: dict | None = None, allow_outside: bool = False,
             max_bytes: int | None = None):
@@ -88,26 +105,15 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
 
     allow_outside: read ``file:`` inputs outside the manifest's folder too. max_bytes: cap on
     each file read (decompressed), default ``importers.files.MAX_INPUT_BYTES``."""
-    # Many small live objects and no cycles: the collector's repeated walks would dominate.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _prepare(paths, format=format, model=model, strict=strict, options=options,
-                        allow_outside=allow_outside, max_bytes=max_bytes)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _prepare(paths, *, format, model, strict, options, allow_outside, max_bytes):
     models: dict[str, ModelInfo] = {}
     occurrences: dict[tuple[str, str], Occurrence] = {}
     named_at: dict[tuple[str, str], str] = {}
     reports = []
+    safe_ops: set = set()  # ops the dispatcher let through in this import (casespec.normalize_case)
     for path in expand(paths):
         fmt, parse = _parser(path, format, model, {**(options or {}), "max_bytes": max_bytes})
         reader = _FileReader(path, fmt, model, strict, models, occurrences, named_at,
-                             {"allow_outside": allow_outside, "max_bytes": max_bytes})
+                             {"allow_outside": allow_outside, "max_bytes": max_bytes, "safe_ops": safe_ops})
         try:
             for rec in parse():
                 reader.read(rec)
@@ -144,6 +150,7 @@ class _FileReader:
     def __init__(self, path: Path, fmt: str, model: str | None, strict: bool, models: dict, occurrences: dict,
                  named_at: dict, case_options: dict):
         self.path, self.model, self.strict = path, model, strict
+        self.base_dir = path.parent
         self.models, self.occurrences, self.named_at = models, occurrences, named_at
         self.case_options = case_options
         self.report = FileReport(path=str(path), format=fmt)
@@ -182,7 +189,7 @@ class _FileReader:
         self.report.records += 1
         name = self._case_model(rec)
         where = rec.get("where") or str(self.path)
-        norm = casespec.normalize_case(rec["case"], self.defaults, where=where, base_dir=self.path.parent,
+        norm = casespec.normalize_case(rec["case"], self.defaults, where=where, base_dir=self.base_dir,
                                        **self.case_options)
         if "their_key" in rec:
             from importers.model_ops_v2 import TheirDedupe
@@ -243,6 +250,7 @@ def _add_model(models: dict, info: ModelInfo) -> None:
         models[key] = info
 
 
+@_paused_gc()  # while the records are prepared and saved
 def import_paths(store: Store, paths, *, format: str | None = None, model: str | None = None,
                  dry_run: bool = False, strict: bool = False, replace: bool = False,
                  options: dict | None = None, allow_outside: bool = False,

@@ -143,25 +143,22 @@ class Store:
             stored_name = self._save_models(models, stamp)
             new_cases = self.save_cases([o.case for o in occurrences], stamp)
             rows = [_occurrence_row(o, stored_name.get(model_key(o.model), o.model)) for o in occurrences]
-            if rows:
-                # (model, name) is the natural key; keep the row id stable across re-imports.
-                self.db.conn.executemany(
-                    """INSERT INTO model_cases (model, signature, name, description, source, position, count,
-                           marks, dtype, rtol, atol, skip_if, expects_error, xfail)
-                       VALUES (:model, :signature, :name, :description, :source, :position, :count,
-                           :marks, :dtype, :rtol, :atol, :skip_if, :expects_error, :xfail)
-                       ON CONFLICT (model, name) DO UPDATE SET signature=excluded.signature,
-                           description=excluded.description, source=excluded.source,
-                           position=excluded.position, count=excluded.count, marks=excluded.marks,
-                           dtype=excluded.dtype, rtol=excluded.rtol, atol=excluded.atol,
-                           skip_if=excluded.skip_if, expects_error=excluded.expects_error,
-                           xfail=excluded.xfail, retired_at=NULL""",
-                    rows,
-                )
+            # (model, name) is the natural key; keep the row id stable across re-imports.
+            self._insert_rows(
+                """INSERT INTO model_cases (model, signature, name, description, source, position, count,
+                       marks, dtype, rtol, atol, skip_if, expects_error, xfail) VALUES """,
+                rows,
+                """ ON CONFLICT (model, name) DO UPDATE SET signature=excluded.signature,
+                       description=excluded.description, source=excluded.source,
+                       position=excluded.position, count=excluded.count, marks=excluded.marks,
+                       dtype=excluded.dtype, rtol=excluded.rtol, atol=excluded.atol,
+                       skip_if=excluded.skip_if, expects_error=excluded.expects_error,
+                       xfail=excluded.xfail, retired_at=NULL""",
+            )
             retired = removed = 0
             for name in replace_models:
                 model = stored_name.get(model_key(name)) or name
-                keep = {r["name"] for r in rows if r["model"] == model}
+                keep = {r[2] for r in rows if r[0] == model}
                 r, d = self._retire_others(model, keep, stamp)
                 retired += r
                 removed += d
@@ -221,18 +218,33 @@ class Store:
                 continue
             seen.add(c.signature)
             blobs.update(c.blobs)
-            rows.append({
-                "signature": c.signature, "op": c.op, "inputs": dumps(c.inputs), "attrs": dumps(c.attrs),
-                "dtype": c.dtype, "seed": c.seed, "marks": dumps(c.derived_marks),
-                "shapes": shape_summary(c.inputs, c.attrs), "created_at": stamp,
-            })
-        before = self.db.execute("SELECT count(*) FROM cases").fetchone()[0]
-        if blobs:
-            self.db["blobs"].insert_all(
-                ({"sha256": k, "data": v, "size": len(v)} for k, v in blobs.items()), ignore=True)
-        if rows:
-            self.db["cases"].insert_all(rows, ignore=True, batch_size=2000)
-        return self.db.execute("SELECT count(*) FROM cases").fetchone()[0] - before
+            rows.append((c.signature, c.op, dumps(c.inputs), dumps(c.attrs), c.dtype, c.seed,
+                         dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), stamp))
+        self._insert_rows("INSERT OR IGNORE INTO blobs (sha256, data, size) VALUES ",
+                          [(k, v, len(v)) for k, v in blobs.items()])
+        return self._insert_rows("INSERT OR IGNORE INTO cases (signature, op, inputs, attrs, dtype, seed, marks, "
+                                 "shapes, created_at) VALUES ", rows)
+
+    def _insert_rows(self, head: str, rows: list[tuple], tail: str = "") -> int:
+        """``head (?, ...), (?, ...) tail``: the rows inserted a few hundred to a statement;
+        returns the rows changed.
+
+        Not an executemany: model_cases' full-text index (its trigger) writes out what it has
+        gathered at the end of each statement, one segment per row there (~4x the time)."""
+        if not rows:
+            return 0
+        width = len(rows[0])
+        conn = self.db.conn
+        # SQLite's limit on parameters (Python < 3.11 cannot ask: its smallest default, 999)
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if hasattr(conn, "getlimit") else 999
+        per = max(1, min(500, limit // width))
+        one = "(" + ", ".join("?" * width) + ")"
+        changed = 0
+        for i in range(0, len(rows), per):
+            chunk = rows[i:i + per]
+            changed += conn.execute(head + ", ".join([one] * len(chunk)) + tail,
+                                    [v for row in chunk for v in row]).rowcount
+        return changed
 
     def existing_signatures(self, signatures: Iterable[str]) -> set[str]:
         sigs = list(set(signatures))
@@ -371,14 +383,13 @@ class Store:
         }
 
 
-def _occurrence_row(o: Occurrence, model: str) -> dict:
-    """The model_cases row of an occurrence of the stored model named `model`."""
+def _occurrence_row(o: Occurrence, model: str) -> tuple:
+    """The model_cases row of an occurrence of the stored model named `model`, in the column
+    order of :meth:`Store.save`'s INSERT."""
     c = o.case
-    return {"model": model, "signature": c.signature, "name": o.name, "description": c.description,
-            "source": o.source, "position": o.position, "count": o.count,
-            "marks": dumps(c.marks) if c.marks else "[]", "dtype": c.declared_dtype, "rtol": c.rtol,
-            "atol": c.atol, "skip_if": dumps(c.skip_if), "expects_error": dumps(c.expects_error),
-            "xfail": dumps(c.xfail)}
+    return (model, c.signature, o.name, c.description, o.source, o.position, o.count,
+            dumps(c.marks) if c.marks else "[]", c.declared_dtype, c.rtol, c.atol, dumps(c.skip_if),
+            dumps(c.expects_error), dumps(c.xfail))
 
 
 def decode_occurrence(r: dict) -> dict:
