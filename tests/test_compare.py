@@ -51,6 +51,33 @@ def test_nan_and_inf():
     assert not c.passed and c.nan_inf_mismatch
 
 
+def test_where_only_the_reference_has_nan_inf_wrong_the_high_precision_reference_decides():
+    # x86's bfloat16 gelu: NaN at inf and inf at 3.3e38, where float64 gives inf and 3.2965e38
+    hi = torch.tensor([inf, 3.2965e38, nan, 0.5, 2.0], dtype=torch.float64)
+    ref = torch.tensor([nan, inf, nan, 0.5, 2.0], dtype=torch.bfloat16)
+    right = hi.to(torch.bfloat16)
+    tol = {"rtol": 1.6e-2, "atol": 1e-5}
+    for kw in (tol, {"mode": "ulp", **tol}):
+        c = compare(ref, right, hi=hi, **kw)
+        assert (c.passed, c.ref_faults, c.nan_inf_mismatch, c.mismatch_count) == (True, 2, False, 0), c.reason
+        # where the target is wrong too, or NaN where both references are finite, it is the target's fault
+        wrong = torch.tensor([-inf, 1e38, nan, nan, 2.0], dtype=torch.bfloat16)
+        c = compare(ref, wrong, hi=hi, **kw)
+        assert (c.passed, c.ref_faults, c.nan_inf_mismatch, c.mismatch_count) == (False, 0, True, 3), c.reason
+    # without the upcast reference, the CPU reference is believed
+    c = compare(ref, right, **tol)
+    assert (c.passed, c.ref_faults, c.nan_inf_mismatch, c.mismatch_count) == (False, 0, True, 2)
+
+
+def test_an_overflow_in_the_output_dtype_is_right_and_saturating_is_not():
+    hi = torch.tensor([1e39, 1.0], dtype=torch.float64)  # beyond bfloat16: rounds to inf there
+    ref = torch.tensor([3.3e38, 1.0], dtype=torch.bfloat16)  # a reference that saturates
+    c = compare(ref, torch.tensor([inf, 1.0], dtype=torch.bfloat16), hi=hi, rtol=1.6e-2, atol=1e-5)
+    assert (c.passed, c.ref_faults) == (True, 1)
+    c = compare(torch.tensor([inf, 1.0], dtype=torch.bfloat16), ref, hi=hi, rtol=1.6e-2, atol=1e-5)
+    assert (c.passed, c.ref_faults, c.nan_inf_mismatch) == (False, 0, True)
+
+
 def test_integers_and_bools_are_exact():
     c = compare(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4]), rtol=1, atol=10)
     assert not c.passed and c.mismatch_count == 1 and c.max_abs_err == 1.0 and "exact" in c.reason

@@ -2,6 +2,9 @@
 
 import json
 import math
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -140,3 +143,68 @@ def test_the_pytest_front_end_and_casedb_mutants_take_the_option():
     assert "--casedb-values=extremal" in spec.pytest_argv()
     assert Target.from_spec(spec).values == "extremal" and spec.selection()["values"] == "extremal"
     assert "--casedb-values" not in " ".join(RunSpec().pytest_argv())
+
+
+def test_where_the_cpu_reference_has_nan_inf_wrong_the_float64_reference_decides():
+    # casedb_test.gelu_inf_fault has the fault of x86's bfloat16/float32 gelu (NaN at inf) on every
+    # CPU; float32, the usual upcast for bfloat16, shares it, so float64 must decide
+    from casedb.judge import numerics
+    from casedb.judge.verdict import judge
+    from casedb.mutation import mutants  # noqa: F401  (registers the backends)
+    from casedb.run.execute import run_case
+    from tests.test_execute import load_custom_ops
+
+    ops = load_custom_ops()
+    gelu = _case("torch.nn.functional.gelu", {"tensor": {"shape": [4, 64]}}, dtype="bfloat16")
+    case = {**value_ranges.variant(gelu, "extremal"), "op": "torch.ops.casedb_test.gelu_inf_fault"}
+    tols = numerics.Policy().tolerances({"name": "gelu", "model": "m"}, case, ["bfloat16"])
+
+    def run(backend):
+        ex = run_case(case, backend=backend, high_precision="needed")
+        return ex, judge(ex, tolerances=tols)
+
+    ex, right = run(ops.FLOAT64_BACKEND)
+    infs = int((ex.target["output"] == math.inf).sum())
+    assert infs and ex.reference_dtype == "float64" and "NaN/inf" in ex.notes["high_precision"]
+    assert (right.outcome, right.ref_faults, right.nan_inf_mismatch) == ("passed", infs, False)
+    assert f"the CPU reference is wrong at {infs} elements" in right.reason
+    _, same = run("eager")  # bit-identical to the reference: nothing to decide
+    assert (same.outcome, same.ref_faults) == ("passed", None)
+    ex, caught = run("casedb_mutant_nan_inf")  # NaN where both references are finite: still the target's
+    assert (caught.outcome, caught.nan_inf_mismatch) == ("failed", True) and ex.reference_dtype == "float64"
+
+
+def test_a_reference_fault_is_reported_in_the_run_and_its_repro(cli, db_path, tmp_path, data_dir, monkeypatch):
+    shutil.copy(data_dir / "custom_ops.py", tmp_path / "custom_ops.py")
+    monkeypatch.chdir(tmp_path)  # the repro script imports the module where the run did
+    (tmp_path / "m.yaml").write_text("""\
+model: faults
+cases:
+  - name: gelu
+    op: torch.ops.casedb_test.gelu_inf_fault
+    inputs:
+      - tensor: {shape: [4], dtype: bfloat16, data: [.inf, 1.0, -2.0, 3.0e+38]}
+""")
+    assert cli("import", tmp_path / "m.yaml").exit_code == 0
+    res = cli("run", "--model", "faults", "--device", "cpu", "--backend", "casedb_test_float64", "-j", "0",
+              "--import", "custom_ops.py", "--json")
+    summary = json.loads(res.stdout)
+    assert (res.exit_code, summary["passed"], summary["reference_faults"]) == (0, 1, 1), res.output
+    again = cli("run", "--model", "faults", "--device", "cpu", "--backend", "casedb_test_float64", "-j", "0",
+                "--import", "custom_ops.py", "--no-progress")
+    assert "1 case(s) where the CPU reference's NaN/inf are wrong" in again.output
+    got = rows(db_path, """SELECT outcome, nan_inf_mismatch, json_extract(metrics, '$.ref_faults') AS ref_faults,
+                                  json_extract(metrics, '$.reference_dtype') AS reference_dtype FROM results""")
+    assert got == [{"outcome": "passed", "nan_inf_mismatch": 0, "ref_faults": 1, "reference_dtype": "float64"}] * 2
+    reason = rows(db_path, "SELECT reason FROM results")[0]["reason"]
+    assert reason.endswith("the CPU reference is wrong at 1 element: its NaN/inf disagree with the float64 "
+                           "reference's, which the target's agree with")
+    report = json.loads(cli("report", "--run", 1, "--json").stdout)
+    assert report["reference_faults"] == [{"op": "torch.ops.casedb_test.gelu_inf_fault", "inputs": "bf16[4]",
+                                           "dtype": "bfloat16", "outcome": "passed", "elements": 1, "models": "faults"}]
+    assert cli("repro", "faults::gelu", "--run", 1, "-o", "repro.py").exit_code == 0
+    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.splitlines()[-1] == ("note: the CPU reference is wrong at 1 element: its NaN/inf disagree "
+                                           "with the upcast reference's, which the target's agree with")

@@ -153,8 +153,9 @@ class Execution:
             mode = "ulp"
         key = ("main", mode, rtol, atol, tuple(sorted(tolerances.items())))
         if key not in self._cache:
+            # (values mode too: where the two differ in NaN/inf, the upcast reference decides whose fault it is)
             self._cache[key] = compare(self.reference, self.target, rtol=rtol, atol=atol, mode=mode,
-                                       tolerances=tolerances, hi=self.reference_hi if mode == "ulp" else None,
+                                       tolerances=tolerances, hi=self.reference_hi,
                                        hi_mag=self.reference_mag,
                                        ulp_k=numerics.ULP_K, ulp_floor=numerics.ULP_FLOOR)
         return self._cache[key]

@@ -25,7 +25,11 @@ dtype, may be at most ``ULP_K`` times the low-precision CPU reference's own erro
 bench/README.md). A tolerance written down for the case (on the case or by a rule) is the
 user's decision: the ULP judge does not overrule it, so such a case is judged by tolerance. So
 is a case whose upcast inputs would exceed ``HI_REFERENCE_BYTES``. The high-precision reference is float32 for outputs of 16 bits or less
-(its error is far below one of their ULPs) and float64 otherwise.
+(its error is far below one of their ULPs) and float64 otherwise — and float64 for any result
+whose NaN/inf the target and the CPU reference put in different places, because there it decides
+whose fault that is (an element where the target agrees with it and the CPU reference does not is
+a reference fault, ``Verdict.ref_faults``, not a failure), and float32 can share the CPU's fault
+(x86's bfloat16 and float32 ``gelu(inf)`` are NaN; float64's is inf).
 
 Where the ULP judge counts ULPs: at each element's own magnitude, but no lower than the tensor's
 largest / 64 and, for ops that sum terms (matmuls, sums, convolutions, scatter-adds, softmax:

@@ -54,6 +54,7 @@ class Verdict:
     bias_mean: float | None = None               # the target's mean signed error in ULPs (casedb.judge.bias)
     bias_toward: float | None = None             # ... toward the reference's magnitude (truncation: -0.5)
     bias_count: int | None = None                # ... over this many elements
+    ref_faults: int | None = None                # elements where the CPU reference's NaN/inf are wrong, the target's right
     stage: str | None = None                     # where it failed (casedb.outcomes.STAGES), for a result that is not a pass
 
     def to_dict(self) -> dict:
@@ -227,6 +228,9 @@ def _judge_result(v: Verdict, ex: Execution, pairs: dict) -> None:
         v.outcome, v.reason, v.stage = "not_exercised", f"not exercised: {ex.not_exercised}", "not exercised"
     else:
         v.outcome, v.reason = "passed", c.reason
+    if v.ref_faults:
+        v.reason += (f"; the CPU reference is wrong at {v.ref_faults} element{'s' * (v.ref_faults != 1)}: its NaN/inf "
+                     f"disagree with the {ex.reference_dtype} reference's, which the target's agree with")
 
 
 def _compared(v: Verdict, ex: Execution, pairs: dict) -> Comparison | None:
@@ -237,6 +241,7 @@ def _compared(v: Verdict, ex: Execution, pairs: dict) -> Comparison | None:
         return None
     v.max_abs_err, v.max_rel_err, v.mismatch_count = values.max_abs_err, values.max_rel_err, values.mismatch_count
     v.numel, v.nan_inf_mismatch, v.where = values.numel, values.nan_inf_mismatch, values.where
+    v.ref_faults = values.ref_faults or None
     hi, ref_hi = ex.comparisons_hi(pairs)
     if hi is not None:
         v.max_abs_err_hi, v.max_rel_err_hi = hi.max_abs_err, hi.max_rel_err
@@ -246,6 +251,7 @@ def _compared(v: Verdict, ex: Execution, pairs: dict) -> Comparison | None:
         return values
     ulp = ex.comparison(tolerances=pairs, judge="ulp")
     v.ulp_err, v.ref_ulp_err = ulp.ulp_err, ulp.ref_ulp_err
+    v.ref_faults = max(values.ref_faults, ulp.ref_faults) or None
     if v.judge == "ulp" or ulp.ulp_err is None:
         return ulp if v.judge == "ulp" else values
     # both: the first that fails decides; a pass says what both found

@@ -151,6 +151,13 @@ def _verdicts(db, run_id: int) -> dict:
     out["unproven"] = _rows(db, "SELECT op, inputs, dtype, outcome, why, reason, models FROM unproven_cases"
                                 " WHERE run_id = ? ORDER BY why, op, inputs", [run_id])
     out["vacuous"] = sum(1 for r in out["unproven"] if r["why"].startswith("vacuous"))
+    # where the CPU reference's NaN/inf are wrong and the target agrees with the upcast reference
+    out["reference_faults"] = _rows(db, """
+        SELECT c.op, c.shapes AS inputs, c.dtype, r.outcome, json_extract(r.metrics, '$.ref_faults') AS elements,
+               (SELECT group_concat(model, ', ') FROM (SELECT DISTINCT mc.model FROM model_cases mc
+                 WHERE mc.signature = r.signature ORDER BY mc.model)) AS models
+        FROM results r LEFT JOIN cases c ON c.signature = r.signature
+        WHERE r.run_id = ? AND json_extract(r.metrics, '$.ref_faults') > 0 ORDER BY c.op, c.shapes""", [run_id])
     out["lowering"] = _rows(db, "SELECT op, cases, generated, extern, fallback, mixed, no_kernel, generated_pct"
                                 " FROM op_lowering WHERE run_id = ? ORDER BY generated_pct, op", [run_id])
     out["stages"] = _rows(db, "SELECT stage, count(*) AS cases FROM results WHERE run_id = ? AND stage IS NOT NULL"
@@ -344,6 +351,11 @@ def _proof_and_time_tables(table: Callable, report: dict) -> None:
           report["unproven"], lambda r: [r["op"], r["inputs"], r["why"], r["models"] or ""],
           note="vacuous: the reference is all zeros or one value, so a target returning that passes; "
                "not exercised: the target never computed the op")
+    table("Where the CPU reference is wrong (NaN/inf)", ["op", "inputs", "elements", "outcome", "models"],
+          report["reference_faults"], lambda r: [r["op"], r["inputs"], _num(r["elements"]), r["outcome"],
+                                                 r["models"] or ""],
+          note="elements where the CPU reference's NaN/inf disagree with the upcast (float64) reference's and "
+               "the target's agree: judged against the upcast reference, not counted against the target")
     table("Lowering per op (inductor)", ["op", "cases", "generated", "extern", "fallback", "mixed", "no kernel",
                                          "% generated"], report["lowering"],
           lambda r: [r["op"], _num(r["cases"]), _num(r["generated"]), _num(r["extern"]), _num(r["fallback"]),

@@ -278,14 +278,15 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
 def _fill(data: dict, prepared) -> str:
     """The template with casedb's own code and the case's data."""
     from casedb.cases import blobs, generators, ops, presets
-    from casedb.judge import accumulation, bias, compare, numerics, pattern, ties, ulp
+    from casedb.judge import accumulation, bias, compare, nonfinite, numerics, pattern, ties, ulp
     from casedb.run import execute
 
     used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
     data.update(generators={init: fn.__name__ for init, fn in generators.GENERATORS.items()},
                 presets={p: presets.PRESETS[p].fn.__name__ for p in used_presets},
                 ulp=[numerics.ULP_K, numerics.ULP_FLOOR], hi_bytes=numerics.HI_REFERENCE_BYTES)
-    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(compare, together=(ulp.__name__,))
+    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(nonfinite, together=(ulp.__name__,))
+               + _inline_module(compare, together=(ulp.__name__, nonfinite.__name__))
                + _inline_module(bias, together=(ulp.__name__,)) + _inline_module(pattern)
                + _inline_module(accumulation) + _inline_module(ties)
                + "# ---- functions of casedb.cases.generators, ops, execute, presets, judge.numerics\n"

@@ -60,6 +60,7 @@ JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias",
              "errors", "ref_errors",
              "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
              "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "triage_implicit", "vacuous",
+             "reference_faults",
              "lowering", "stages", "planned", "duration_s",
              "time", "session", "models", "error")
 
@@ -167,6 +168,10 @@ def summary_notes(summary: dict) -> list[str]:
         notes.append(f"{planned['cases']} of {planned['available']} cases selected: the default marker filter "
                      f"(-m '{marks_mod.DEFAULT_EXCLUDE}') leaves out the rest unless -m is given (-m '' runs all)")
     notes.extend(failure_notes(summary))
+    if summary.get("reference_faults"):
+        notes.append(f"{summary['reference_faults']} case(s) where the CPU reference's NaN/inf are wrong and the "
+                     f"target's agree with the upcast reference: judged against that one (their reason says where; "
+                     f"casedb report --run {summary['run_id']})")
     notes.append(triage_files_note(summary))
     t = summary.get("triage") or {}
     if any(t.get(k) for k in ("new", "regression", "known")):

@@ -31,6 +31,7 @@ from casedb.cases.ops import OpInfo, UnknownOpError, get_arg, op_info
 from casedb.judge import accumulation, bias, numerics, ties
 from casedb.judge.compare import compare
 from casedb.judge.execution import ErrorInfo, Execution
+from casedb.judge.nonfinite import nan_inf_differ
 from casedb.run import refcache
 from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage
 from casedb.run.calls import _call, _to_cpu, _watch, is_case_outcome, watch_interrupts  # noqa: F401 (re-exported)
@@ -251,6 +252,11 @@ def _upcast_dtype(ex: Execution, prepared: Prepared) -> torch.dtype | None:
         return None
     hi_dtype = torch_dtype(numerics.high_precision(floats))
     need = sum(leaf.base.numel() * hi_dtype.itemsize for leaf in prepared.leaves if leaf.base.is_floating_point())
+    if hi_dtype != torch.float64 and nan_inf_differ(ex.reference, ex.target) and need * 2 <= numerics.HI_REFERENCE_BYTES:
+        # whose NaN/inf are right is decided by the upcast reference, and float32 can share the
+        # CPU reference's fault (x86 gelu(inf) is NaN in bfloat16 and float32 alike, inf in float64)
+        hi_dtype, need = torch.float64, need * 2
+        ex.notes["high_precision"] = "float64: the target and the CPU reference differ in where NaN/inf are"
     if need > numerics.HI_REFERENCE_BYTES:
         ex.notes["high_precision"] = (f"skipped: its inputs take {need / 2**20:.0f} MiB in {hi_dtype}, "
                                       f"over {numerics.HI_REFERENCE_BYTES / 2**20:.0f} MiB")

@@ -247,6 +247,9 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     out["bias"] = dict(zip(("measured", "biased"), conn.execute(
         """SELECT count(bias_count), count(CASE WHEN outcome = 'failed' AND reason LIKE '%biased rounding%' THEN 1 END)
            FROM results WHERE run_id = ?""", [run_id]).fetchone()))
+    # results where the CPU reference's NaN/inf are wrong and the target's agree with the upcast reference
+    out["reference_faults"] = conn.execute("""SELECT count(*) FROM results WHERE run_id = ?
+                                              AND json_extract(metrics, '$.ref_faults') > 0""", [run_id]).fetchone()[0]
     out["vacuous"] = conn.execute("SELECT count(*) FROM results WHERE run_id = ? AND vacuous IS NOT NULL",
                                   [run_id]).fetchone()[0]
     out["lowering"] = dict(conn.execute("""SELECT lowering, count(*) FROM results WHERE run_id = ? AND lowering IS NOT NULL

@@ -11,9 +11,15 @@ Importing this module registers (once per process; importing it again is harmles
   in eager mode.
 * ``torch.ops.casedb_test.interrupt(Tensor x, int kind) -> Tensor`` — raises KeyboardInterrupt
   (``kind`` 0) or SystemExit(3) (``kind`` 1): an op, not the user, stopping the process.
+* ``torch.ops.casedb_test.gelu_inf_fault(Tensor x) -> Tensor`` — GELU, with NaN at ``+inf`` in
+  every dtype but float64: the fault x86's bfloat16/float32 ``gelu`` has (``gelu(inf)`` is NaN
+  there, ``inf`` in float64), on every CPU, so a test can rely on the reference being wrong.
 * the dynamo backend ``casedb_test_perturb`` — runs the captured graph eagerly and returns every
   floating output as ``y + 0.01 * (1 + |y|)``: wrong values on the target for any op on any
   device, the CPU included (``run_case(case, backend="casedb_test_perturb")``).
+* the dynamo backend ``casedb_test_float64`` — runs the captured graph on float64 copies of the
+  floating inputs and rounds the outputs back: a target that is right where the CPU reference of
+  ``gelu_inf_fault`` is wrong.
 
 Cases use them like any op: ``{"op": "torch.ops.casedb_test.sleep", "inputs": [{"tensor": ...},
 {"value": 30.0}]}``.
@@ -28,6 +34,7 @@ import torch
 
 NAMESPACE = "casedb_test"
 PERTURB_BACKEND = "casedb_test_perturb"
+FLOAT64_BACKEND = "casedb_test_float64"
 
 
 def perturb(y):
@@ -39,7 +46,7 @@ def perturb(y):
 
 def _registered() -> bool:
     try:
-        torch.ops.casedb_test.interrupt.default
+        torch.ops.casedb_test.gelu_inf_fault.default
         return True
     except (AttributeError, RuntimeError):
         return False
@@ -82,6 +89,15 @@ def _register_ops() -> None:
     def _interrupt_fake(x, kind):
         return torch.empty_like(x)
 
+    @torch.library.custom_op(f"{NAMESPACE}::gelu_inf_fault", mutates_args=())
+    def gelu_inf_fault(x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.gelu(x.double()).to(x.dtype)
+        return y if x.dtype == torch.float64 else y.masked_fill(x == float("inf"), float("nan"))
+
+    @gelu_inf_fault.register_fake
+    def _gelu_fake(x):
+        return torch.empty_like(x)
+
 
 def _perturbing_backend(gm: torch.fx.GraphModule, example_inputs):
     def run(*args):
@@ -93,9 +109,24 @@ def _perturbing_backend(gm: torch.fx.GraphModule, example_inputs):
     return run
 
 
+def _float64_backend(gm: torch.fx.GraphModule, example_inputs):
+    def run(*args):
+        wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        out = gm(*wide)
+        like = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        dtype = like[0].dtype if like else torch.float64
+
+        def back(y):
+            return y.to(dtype) if isinstance(y, torch.Tensor) and y.is_floating_point() else y
+        return type(out)(back(y) for y in out) if isinstance(out, (tuple, list)) else back(out)
+
+    return run
+
+
 if not _registered():
     _register_ops()
-try:
-    torch._dynamo.register_backend(_perturbing_backend, name=PERTURB_BACKEND)
-except AssertionError:  # "duplicate name": registered by an earlier import of this file
-    pass
+for _backend, _name in ((_perturbing_backend, PERTURB_BACKEND), (_float64_backend, FLOAT64_BACKEND)):
+    try:
+        torch._dynamo.register_backend(_backend, name=_name)
+    except AssertionError:  # "duplicate name": registered by an earlier import of this file
+        pass
