@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from casedb.judge.nonfinite import excused, isinf_scalar, isnan_scalar
+from casedb.judge.nonfinite import excused, isinf_scalar, isnan_scalar, unmatched
 from casedb.judge.ulp import CHUNK, flat_chunks, hi_chunks, max_of, ulp_errors, ulp_of, ulp_scale, ulp_top
 
 MODES = ("values", "metadata", "bits", "ulp")
@@ -401,15 +401,14 @@ def _float_values(ref, out, path, acc: _Acc, mag: torch.Tensor | None = None, hi
         nz = babs > 0
         finite = torch.isfinite(a) & torch.isfinite(b)
         if not bool(finite.all()):
-            same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-            lost = ~finite & ~same
+            lost = unmatched(a, b, finite)
             if hi is not None and bool(lost.any()):
                 # the CPU reference's NaN/inf can be the wrong ones: the high-precision reference decides
                 ok, fault = excused(a.to(torch.float64), b.to(torch.float64), extra[-1].to(torch.float64), lost,
                                      ref.dtype, lambda x, h: (x - h).abs() <= h.abs() * rtol + atol)
                 acc.ref_faults += int(fault.sum())
-                same, lost = same | ok, lost & ~ok
-            close = torch.where(finite, close, same)
+                lost &= ~ok
+            close = torch.where(finite, close, ~lost)
             nan_inf |= bool(lost.any())
             diff = diff.masked_fill(~finite, 0)
             nz &= finite
@@ -444,8 +443,7 @@ def _ulp_values(ref, out, hi, top, mag, path, acc: _Acc):
         a, b = o.to(torch.float64), r.to(torch.float64)
         scale = kept[i] if kept else ulp_scale(h, ref.dtype, top, m)
         finite = torch.isfinite(a) & torch.isfinite(b)
-        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-        lost = ~finite & ~same
+        lost = unmatched(a, b, finite)
         if bool(lost.any()):
             # the CPU reference's NaN/inf can be the wrong ones: the high-precision reference decides
             ok, fault = excused(a, b, h, lost, ref.dtype, lambda x, hh, s=scale: (x - hh).abs() / s <= bound)

@@ -27,6 +27,11 @@ def isinf_scalar(x) -> bool:
     return isinstance(x, (float, complex)) and math.isinf(abs(x))
 
 
+def unmatched(a: torch.Tensor, b: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """Where one of ``a``, ``b`` is NaN/inf and the other is not the same (``finite``: where both are finite)."""
+    return ~finite & (a != b) & ~(torch.isnan(a) & torch.isnan(b))
+
+
 def nan_inf_differ(ref: Any, out: Any) -> bool:
     """Whether a floating tensor of ``out`` has NaN/inf where the same tensor of ``ref`` has not,
     or the reverse (the two walked together as :func:`compare` walks them)."""
@@ -36,7 +41,7 @@ def nan_inf_differ(ref: Any, out: Any) -> bool:
             return False
         for a, b in flat_chunks(ref, out):
             finite = torch.isfinite(a) & torch.isfinite(b)
-            if not bool(finite.all()) and bool((~finite & (a != b) & ~(torch.isnan(a) & torch.isnan(b))).any()):
+            if not bool(finite.all()) and bool(unmatched(a, b, finite).any()):
                 return True
         return False
     if isinstance(ref, (list, tuple)) and isinstance(out, (list, tuple)):
