@@ -14,15 +14,20 @@ app.add_typer(cache_app, name="cache")
 
 
 def _cache():
+    """The cache beside the DB, checked: a folder that is a link (or holds one for a shard), not
+    the user's or writable by others is refused (exit 2) before anything in it is read or deleted."""
     from casedb.run import refcache
     from casedb.store.database import db_path
 
-    return refcache.ReferenceCache(refcache.beside(db_path(state.db).resolve()))
+    cache = refcache.ReferenceCache(refcache.beside(db_path(state.db).resolve()))
+    cache.disk.check()
+    return cache
 
 
 @cache_app.command("info")
 def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Where the cache is, how many references and inputs it holds, their size and the cap."""
+    """Where the cache is, how many references and inputs it holds, their size, the cap and the key
+    file that seals its entries."""
     try:
         info = _cache().info()
     except CasedbError as e:
