@@ -235,3 +235,120 @@ def test_a_planted_huge_entry_costs_no_memory(cli, db_path, tmp_path):
     assert cost.rss_mib < 1000, cost  # the old code read the planted 1.5 GiB into memory
     assert cost.cpu_s < 60, cost
     assert all(p.stat().st_size < 64 << 20 for p, _, _ in cache.entries())  # replaced by real ones
+
+
+# ----------------------------------------------------------------- 6: export and file: inputs
+
+def file_case(tmp_path: Path, tensor) -> None:
+    """A manifest beside ``tensor`` saved as x.pt, one case reading it."""
+    torch.save(tensor, tmp_path / "x.pt")
+    manifest(tmp_path / "m.yaml", "m", [{"name": "f", "op": "torch.neg", "inputs": [{"file": "x.pt"}]}])
+
+
+def exported_name(tensor) -> str:
+    """The name export gives the .pt file of ``tensor``."""
+    from casedb.cases import blobs
+
+    return hashlib.sha256(blobs.encode(tensor)).hexdigest()[:12] + ".pt"
+
+
+def test_export_never_writes_through_a_link_planted_in_its_files_folder(cli, tmp_path):
+    file_case(tmp_path, torch.arange(6.0).reshape(2, 3))
+    name = exported_name(torch.arange(6.0).reshape(2, 3))
+    assert cli("import", tmp_path / "m.yaml").exit_code == 0
+    out = tmp_path / "out" / "e.yaml"
+    files = out.parent / "e.files"
+    files.mkdir(parents=True)
+    victim_file = tmp_path / "victim.pt"
+    (files / name).symlink_to(victim_file)  # dangling: a plain open would create victim.pt
+    res = cli("export", "--model", "m", "-o", out)
+    assert res.exit_code == 0, res.output
+    assert not os.path.lexists(victim_file)
+    assert not (files / name).is_symlink() and torch.equal(torch.load(files / name), torch.arange(6.0).reshape(2, 3))
+    assert [p.name for p in files.iterdir()] == [name]  # no temporary file left
+
+
+@pytest.mark.parametrize("planted", ["a link to a folder", "a file"])
+def test_export_refuses_a_files_folder_that_is_a_link_or_a_file(cli, tmp_path, planted):
+    file_case(tmp_path, torch.arange(6.0).reshape(2, 3))
+    name = exported_name(torch.arange(6.0).reshape(2, 3))
+    assert cli("import", tmp_path / "m.yaml").exit_code == 0
+    out = tmp_path / "out" / "e.yaml"
+    out.parent.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    files = out.parent / "e.files"
+    if planted == "a file":
+        files.write_text("mine\n")
+    else:
+        files.symlink_to(elsewhere, target_is_directory=True)
+    res = cli("export", "--model", "m", "-o", out)
+    said = " ".join(res.output.split())
+    kind = "is not a folder" if planted == "a file" else "is a symbolic link"
+    assert res.exit_code == 2 and f"{files} {kind}" in said and "move it away" in said, said
+    assert list(elsewhere.iterdir()) == [] and not out.exists()
+    assert planted != "a file" or files.read_text() == "mine\n"
+    assert not (elsewhere / name).exists()
+
+
+def test_a_file_input_swapped_after_its_check_is_not_read(cli, db_path, tmp_path, monkeypatch):
+    """The link is swapped to a file outside the folder right after the name was resolved (as a
+    racing process would, 0.1 % of the time): what is read must still be the file inside."""
+    inside, secret = torch.arange(6.0), torch.full((6,), 42.0)
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    torch.save(inside, folder / "real.pt")
+    torch.save(secret, tmp_path / "secret.pt")
+    link = folder / "x.pt"
+    link.symlink_to(folder / "real.pt")
+    manifest(folder / "m.yaml", "m", [{"name": "f", "op": "torch.neg", "inputs": [{"file": "x.pt"}]}])
+    real_resolve = Path.resolve
+
+    def resolve_then_swap(self, *args, **kwargs):
+        out = real_resolve(self, *args, **kwargs)
+        if self == link and os.readlink(link) != str(tmp_path / "secret.pt"):  # once, right after the check
+            link.unlink()
+            link.symlink_to(tmp_path / "secret.pt")
+        return out
+
+    monkeypatch.setattr(Path, "resolve", resolve_then_swap)
+    res = cli("import", folder / "m.yaml")
+    monkeypatch.undo()
+    from tests.conftest import rows
+
+    stored = rows(db_path, "SELECT data FROM blobs") if db_path.exists() else []
+    assert all(torch.frombuffer(bytearray(r["data"]), dtype=torch.float32).tolist() != secret.tolist() for r in stored)
+    assert res.exit_code == 2 and "is outside the manifest's folder" in " ".join(res.output.split()), res.output
+
+
+# ----------------------------------------------------------------- 11: size caps that count memory
+
+def test_max_numel_counts_the_storage_a_stride_spans(cli, db_path, tmp_path):
+    wide = {"name": "wide", "op": "torch.neg", "inputs": [{"tensor": {
+        "shape": [2], "preset": "strided", "preset_args": {"stride": [100_000_000]}}}]}  # 400 MB of storage
+    imported(cli, tmp_path, [wide, add("small", 1)])
+    cost = run_casedb(db_path, "run", "--model", "m", "--backend", "eager", *CPU, "--json", "--max-numel", "1000",
+                      timeout=300)
+    assert cost.rc == 0, cost.stderr[-2000:]
+    summary = json.loads(cost.stdout)
+    assert summary["executed"] == 1 and summary["passed"] == 1  # only the small case: 2 x 64 x 4 elements
+    assert cost.rss_mib < 700, cost  # the strided one would take 400 MB, twice
+    assert cost.cpu_s < 60, cost
+
+
+def test_a_pt_holding_an_expanded_view_is_refused_before_it_is_made(cli, db_path, tmp_path):
+    from tests.hostile.bounded import refused_within_bounds
+
+    imported(cli, tmp_path, [add("a", 1)])
+    before = hashlib.sha256(db_path.read_bytes()).hexdigest()
+    folder = tmp_path / "bomb"
+    folder.mkdir()
+    file_case(folder, torch.zeros(1).expand(100_000_000))  # 400 MB of values from a file of ~1.5 KB
+    assert (folder / "x.pt").stat().st_size < 4096
+    cost = run_casedb(db_path, "import", folder / "m.yaml", timeout=300)
+    refused_within_bounds(cost, "x.pt' holds a tensor of 381.5 MiB once made contiguous", "refused as a tensor bomb",
+                          "save tensor.contiguous()")
+    assert hashlib.sha256(db_path.read_bytes()).hexdigest() == before
+    contiguous = folder / "x.pt"
+    torch.save(torch.arange(100_000.0).expand(3, -1), contiguous)  # 1.2 MB from 400 KB: no bomb
+    assert cli("import", folder / "m.yaml").exit_code == 0
