@@ -42,10 +42,11 @@ def key_path() -> Path:
 _secrets: dict[str, bytes] = {}
 
 
-def secret() -> bytes:
-    """The key (created when there is none); raises UnsafeKey."""
+def secret(fresh: bool = False) -> bytes:
+    """The key (created when there is none; read once per process unless ``fresh``: checked
+    again); raises UnsafeKey."""
     path = key_path()
-    if str(path) not in _secrets:
+    if fresh or str(path) not in _secrets:
         _secrets[str(path)] = _read(path) if os.path.lexists(path) else _create(path)
     return _secrets[str(path)]
 

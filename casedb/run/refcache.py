@@ -266,7 +266,7 @@ class ReferenceCache:
         link, not the user's, writable by others: casedb.run.cachefolder) or the key is not
         (casedb.run.cachekey)."""
         self.disk.check()
-        cachekey.secret()
+        cachekey.secret(fresh=True)
 
     def _path(self, name: str, suffix: str = SUFFIX) -> Path:
         return self.folder / name[:2] / (name + suffix)

@@ -147,6 +147,7 @@ def perturbed_entry(data: bytes) -> bytes:
     return hashlib.sha256(payload).digest() + payload
 
 
+@pytest.mark.slow
 def test_a_forged_reference_does_not_make_a_faulty_backend_pass(cli, db_path, tmp_path, data_dir):
     imported(cli, tmp_path, [add("a", 1), add("b", 2)])
     assert run(cli)[0] == 0
@@ -164,6 +165,7 @@ def test_a_forged_reference_does_not_make_a_faulty_backend_pass(cli, db_path, tm
     assert summary["failed"] == 2 and summary["time"]["references_from_cache"] == 0
 
 
+@pytest.mark.slow
 def test_swapped_entries_are_refused_not_false_failures(cli, db_path, tmp_path):
     imported(cli, tmp_path, [add("a", 1), add("b", 2)])
     assert run(cli)[0] == 0
@@ -216,6 +218,7 @@ def test_a_cache_folder_others_can_write_is_refused(cli, db_path, tmp_path):
     assert run(cli)[1]["time"]["references_from_cache"] == 1
 
 
+@pytest.mark.slow
 def test_a_planted_huge_entry_costs_no_memory(cli, db_path, tmp_path):
     # inputs worth caching (2 M drawn elements): a reference and an inputs entry
     case = {"name": "big", "op": "torch.add", "seed": 7,
@@ -323,6 +326,7 @@ def test_a_file_input_swapped_after_its_check_is_not_read(cli, db_path, tmp_path
 
 # ----------------------------------------------------------------- 11: size caps that count memory
 
+@pytest.mark.slow
 def test_max_numel_counts_the_storage_a_stride_spans(cli, db_path, tmp_path):
     wide = {"name": "wide", "op": "torch.neg", "inputs": [{"tensor": {
         "shape": [2], "preset": "strided", "preset_args": {"stride": [100_000_000]}}}]}  # 400 MB of storage
@@ -336,6 +340,7 @@ def test_max_numel_counts_the_storage_a_stride_spans(cli, db_path, tmp_path):
     assert cost.cpu_s < 60, cost
 
 
+@pytest.mark.slow
 def test_a_pt_holding_an_expanded_view_is_refused_before_it_is_made(cli, db_path, tmp_path):
     from tests.hostile.bounded import refused_within_bounds
 
@@ -352,3 +357,23 @@ def test_a_pt_holding_an_expanded_view_is_refused_before_it_is_made(cli, db_path
     contiguous = folder / "x.pt"
     torch.save(torch.arange(100_000.0).expand(3, -1), contiguous)  # 1.2 MB from 400 KB: no bomb
     assert cli("import", folder / "m.yaml").exit_code == 0
+
+
+@pytest.mark.parametrize("planted", ["readable by others", "a link"])
+def test_a_key_someone_else_may_know_is_refused(cli, db_path, tmp_path, planted):
+    imported(cli, tmp_path, [add("a", 1)])
+    assert run(cli)[0] == 0
+    key = Path(os.environ["CASEDB_REFERENCE_CACHE_KEY"])
+    if planted == "a link":
+        (tmp_path / "known.key").write_bytes(key.read_bytes())
+        key.unlink()
+        key.symlink_to(tmp_path / "known.key")
+    else:
+        key.chmod(0o644)
+    folder = refcache.beside(db_path)
+    before = tree(folder)
+    code, _, res = run(cli)
+    said = " ".join(res.output.split())
+    why = "is a symbolic link" if planted == "a link" else "is open to group or others"
+    assert code == 2 and f"reference cache key {key} {why}" in said and "--no-reference-cache" in said, said
+    assert tree(folder) == before
