@@ -38,7 +38,8 @@ def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     refs, inputs = info["references"], info["inputs"]
     console.print(f"{info['folder']}: {refs['entries']} references ({refs['bytes'] / 2**20:.1f} MiB), "
                   f"{inputs['entries']} inputs ({inputs['bytes'] / 2**20:.1f} MiB): {info['bytes'] / 2**20:.1f} MiB "
-                  f"of at most {info['max_bytes'] / 2**20:.0f} MiB (least recently used go first)",
+                  f"of at most {info['max_bytes'] / 2**20:.0f} MiB (least recently used go first); entries sealed with "
+                  f"the key {info['key_file']}",
                   highlight=False, soft_wrap=True)
 
 

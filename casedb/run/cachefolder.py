@@ -30,7 +30,7 @@ from typing import Callable, NamedTuple
 from casedb.errors import CasedbError
 
 ENTRY = re.compile(r"[0-9a-f]{64}\.(?:ref|in)")
-TEMP = re.compile(r"\.tmp-(?:[0-9a-f]{16}|[a-z0-9_]{8})")  # (8: the mkstemp names of casedb before 0.x)
+TEMP = re.compile(r"\.tmp-(?:[0-9a-f]{16}|[a-z0-9_]{8})")  # (8 characters: the mkstemp names earlier casedb wrote)
 SHARD = re.compile(r"[0-9a-f]{2}")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | _CLOEXEC
