@@ -174,11 +174,12 @@ class Folder:
                       and stat.S_ISDIR(os.stat(n, dir_fd=top, follow_symlinks=False).st_mode))
 
     def entries(self) -> list[Entry]:
-        """Every entry: regular files of the user named as casedb names them."""
+        """Every entry: regular files of the user named as casedb names them (none in a folder
+        that is not to be used: :meth:`check` says why)."""
         if not self.exists():
             return []
         found = []
-        with self._top() as top:
+        with contextlib.suppress(OSError, UnsafeFolder), self._top() as top:
             for shard in self._shards(top):
                 with contextlib.suppress(OSError, UnsafeFolder), self._shard(shard) as fd:
                     for name in os.listdir(fd):
@@ -191,10 +192,11 @@ class Folder:
         return found
 
     def clear(self) -> None:
-        """Delete every entry and temporary file, then every shard folder left empty."""
+        """Delete every entry and temporary file, then every shard folder left empty (nothing in a
+        folder that is not to be used: :meth:`check` says why)."""
         if not self.exists():
             return
-        with self._top() as top:
+        with contextlib.suppress(OSError, UnsafeFolder), self._top() as top:
             for shard in self._shards(top):
                 with contextlib.suppress(OSError, UnsafeFolder), self._shard(shard) as fd:
                     for name in os.listdir(fd):

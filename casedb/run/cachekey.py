@@ -61,7 +61,8 @@ def _read(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise _unsafe(path, "is a symbolic link" if os.path.islink(path) else f"cannot be read ({e.strerror})") from None
+        why = "is a symbolic link" if os.path.islink(path) else f"cannot be read ({e.strerror})"
+        raise _unsafe(path, why) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -69,7 +70,8 @@ def _read(path: Path) -> bytes:
         if st.st_uid != os.geteuid():
             raise _unsafe(path, f"is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})")
         if st.st_mode & 0o077:
-            raise _unsafe(path, f"is open to group or others (mode {stat.S_IMODE(st.st_mode):04o}; casedb makes it 0600)")
+            mode = stat.S_IMODE(st.st_mode)
+            raise _unsafe(path, f"is open to group or others (mode {mode:04o}; casedb makes it 0600)")
         data = os.read(fd, KEY_BYTES + 1)
     finally:
         os.close(fd)
