@@ -8,7 +8,12 @@ expands to. Every importer (and ``file:`` tensor inputs) reads through here.
   after decompression.
 * A gzip file that expands more than ``GZIP_MAX_RATIO`` times once past ``GZIP_RATIO_AFTER``
   bytes is refused as a gzip bomb (real JSON traces compress 10–30×; ``gunzip`` a genuine one
-  and import the ``.json``, which only the size cap applies to).
+  and import the ``.json``, which only the size cap applies to); so is a tensor file whose tensor
+  takes that much more than the file once made contiguous (a ``.pt`` holding an expanded view:
+  stride 0 over a huge shape), checked on its shape before it is made (:func:`check_tensor_bomb`).
+* A file read from below a folder (``file:`` inputs, :func:`open_below`) is opened once, and what
+  was opened (``/proc/self/fd``, else its device and inode) must lie below the folder: a link
+  swapped between the check and the read cannot lead out of it.
 """
 
 from __future__ import annotations
@@ -75,10 +80,56 @@ def _gunzip(f: BinaryIO, path: str, compressed: int, max_bytes: int) -> bytearra
             if len(out) > max_bytes:
                 raise InputError(f"decompresses to more than the {_mib(max_bytes)} limit on one input file; "
                                  "if it is genuine, raise the limit with casedb import --max-input-mb N", where=path)
-            if len(out) > GZIP_RATIO_AFTER and len(out) > GZIP_MAX_RATIO * max(compressed, 1):
+            if _bomb(compressed, len(out)):
                 raise InputError(f"expands more than {GZIP_MAX_RATIO}x ({_mib(compressed)} of gzip to over "
                                  f"{_mib(len(out))}): refused as a gzip bomb; if it is genuine, gunzip it and "
                                  "import the uncompressed file", where=path)
+
+
+def _bomb(packed: int, unpacked: int) -> bool:
+    return unpacked > GZIP_RATIO_AFTER and unpacked > GZIP_MAX_RATIO * max(packed, 1)
+
+
+def check_tensor_bomb(path, file_size: int, nbytes: int) -> None:
+    """Refuse a tensor read from a file of ``file_size`` bytes that takes ``nbytes`` once made
+    contiguous, when that is a bomb (see the module docstring); the cap on one input is the
+    caller's."""
+    if _bomb(file_size, nbytes):
+        raise InputError(f"holds a tensor of {_mib(nbytes)} once made contiguous, from a file of {file_size:,} bytes "
+                         f"(more than {GZIP_MAX_RATIO}x: an expanded or overlapping view): refused as a tensor bomb; "
+                         "if it is genuine, save tensor.contiguous() and import that file", where=str(path))
+
+
+def open_below(path, base, max_bytes: int | None = None) -> BinaryIO:
+    """A regular file opened once for reading (size-capped as :func:`open_capped`) whose opened
+    file lies below folder ``base`` (None: anywhere); InputError otherwise."""
+    path = Path(path)
+    root = None if base is None else Path(base).resolve()
+    outside = InputError(f"is outside the manifest's folder {base}; file: inputs are read only from below it "
+                         "(casedb import --allow-outside reads it, if you trust this manifest)")
+    if root is not None and not path.resolve().is_relative_to(root):  # (a clear message before any open)
+        raise outside
+    if not path.exists():
+        raise InputError(f"not found (looked at {path})")
+    f = open_capped(path, max_bytes)
+    if root is not None and not _opened_below(f.fileno(), path, root):
+        f.close()
+        raise outside
+    return f
+
+
+def _opened_below(fd: int, path: Path, root: Path) -> bool:
+    """Whether the file open as ``fd`` is one below ``root``, whatever ``path`` names now."""
+    proc = f"/proc/self/fd/{fd}"
+    if os.path.islink(proc):  # the kernel's own path of what was opened
+        return Path(os.readlink(proc)).is_relative_to(root)
+    real = path.resolve()
+    try:
+        now = os.stat(real)
+    except OSError:
+        return False
+    opened = os.fstat(fd)
+    return real.is_relative_to(root) and (opened.st_dev, opened.st_ino) == (now.st_dev, now.st_ino)
 
 
 def read_bytes(path, max_bytes: int | None = None) -> bytes | bytearray:

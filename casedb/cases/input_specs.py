@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -300,20 +301,15 @@ def _file(body, ctx: InputContext, label: str) -> dict:
     path = Path(path_text)
     if not path.is_absolute():
         path = base / path
-    if not ctx.allow_outside:
-        # Resolved first: `..` and symlinks may not lead out of the folder either.
-        if not path.resolve().is_relative_to(base.resolve()):
-            raise ValueError(f"{label}: file {path_text!r} is outside the manifest's folder {base}; file: inputs "
-                             "are read only from below it (casedb import --allow-outside reads it, if you trust "
-                             "this manifest)")
-    if not path.exists():
-        raise ValueError(f"{label}: file {path_text!r} not found (looked at {path})")
     cap = files.MAX_INPUT_BYTES if ctx.max_bytes is None else ctx.max_bytes
     try:
-        f = files.open_capped(path, cap)
+        # opened once; what was opened (not what the name resolved to before) must lie below the
+        # folder: `..`, links and a link swapped meanwhile may not lead out of it
+        f = files.open_below(path, None if ctx.allow_outside else base, cap)
     except InputError as e:
         raise ValueError(f"{label}: file {path_text!r} {e.message}") from None
     with f:
+        size = os.fstat(f.fileno()).st_size
         try:
             t = _load_keyed(f, path, key, torch)
         except ValueError as e:
@@ -322,9 +318,15 @@ def _file(body, ctx: InputContext, label: str) -> dict:
             raise ValueError(f"{label}: cannot load {path_text!r} as a tensor: {type(e).__name__}: {e}") from None
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{label}: {path_text!r} holds a {type(t).__name__}, not a tensor")
-    if t.numel() * t.element_size() > cap:  # e.g. an expanded view of a tiny storage
-        raise ValueError(f"{label}: {path_text!r} holds a tensor of {t.numel() * t.element_size():,} bytes, over "
+    # sized on its shape before it is made contiguous: an expanded view of a tiny storage
+    nbytes = t.numel() * t.element_size()
+    if nbytes > cap:
+        raise ValueError(f"{label}: {path_text!r} holds a tensor of {nbytes:,} bytes, over "
                          f"the {cap:,}-byte limit on one input (casedb import --max-input-mb)")
+    try:
+        files.check_tensor_bomb(path, size, nbytes)
+    except InputError as e:
+        raise ValueError(f"{label}: {path_text!r} {e.message}") from None
     dtype = str(t.dtype).replace("torch.", "")
     want = (body.get("shape"), body.get("dtype")) if isinstance(body, dict) else (None, None)
     if want[0] is not None and (list(want[0]) != list(t.shape) or dtypes.canonical(want[1] or dtype) != dtype):

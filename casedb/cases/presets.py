@@ -10,6 +10,7 @@ manifest validator reads the allowed/required argument names from this registry.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -110,6 +111,21 @@ def layout(spec: dict) -> tuple[list[int], int]:
         view = PRESETS[name].fn(torch.empty(shape, device="meta"), **args)
         return list(view.stride()), int(view.storage_offset())
     return contiguous_strides(shape), 0
+
+
+def storage_numel(spec: dict) -> int:
+    """Elements of the storage a tensor spec's layout spans (its strides and offset: a 2-element
+    ``strided`` view may span 10^8), at least its own; what a case's size caps count."""
+    shape = list(spec.get("shape") or [])
+    numel = math.prod(shape)
+    if numel == 0 or not spec.get("preset"):
+        return numel
+    try:
+        stride, offset = layout(spec)
+        span = int(offset) + 1 + sum((int(n) - 1) * abs(int(s)) for n, s in zip(shape, stride))
+    except Exception:  # a preset that cannot apply: the case's own error when it runs
+        return numel
+    return max(numel, span)
 
 
 def _dim(d: int, ndim: int, name: str) -> int:

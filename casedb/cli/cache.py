@@ -14,15 +14,20 @@ app.add_typer(cache_app, name="cache")
 
 
 def _cache():
+    """The cache beside the DB, checked: a folder that is a link (or holds one for a shard), not
+    the user's or writable by others is refused (exit 2) before anything in it is read or deleted."""
     from casedb.run import refcache
     from casedb.store.database import db_path
 
-    return refcache.ReferenceCache(refcache.beside(db_path(state.db).resolve()))
+    cache = refcache.ReferenceCache(refcache.beside(db_path(state.db).resolve()))
+    cache.disk.check()
+    return cache
 
 
 @cache_app.command("info")
 def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Where the cache is, how many references and inputs it holds, their size and the cap."""
+    """Where the cache is, how many references and inputs it holds, their size, the cap and the key
+    file that seals its entries."""
     try:
         info = _cache().info()
     except CasedbError as e:
@@ -33,7 +38,8 @@ def info_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     refs, inputs = info["references"], info["inputs"]
     console.print(f"{info['folder']}: {refs['entries']} references ({refs['bytes'] / 2**20:.1f} MiB), "
                   f"{inputs['entries']} inputs ({inputs['bytes'] / 2**20:.1f} MiB): {info['bytes'] / 2**20:.1f} MiB "
-                  f"of at most {info['max_bytes'] / 2**20:.0f} MiB (least recently used go first)",
+                  f"of at most {info['max_bytes'] / 2**20:.0f} MiB (least recently used go first); entries sealed with "
+                  f"the key {info['key_file']}",
                   highlight=False, soft_wrap=True)
 
 

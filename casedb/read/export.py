@@ -4,14 +4,19 @@ What is written re-imports to the same signatures, names, descriptions, marks an
 defaults go in ``default:``, and a case repeats a dtype, init or tolerance only where it differs
 from what the defaults give. ``init: data`` values are written inline; ``file:`` tensors are
 written as ``.pt`` files beside the manifest (``<stem>.files/<sha12>.pt``, named by the sha256 of
-the blob's bytes, which must equal the DB's key for the blob: never a path taken from the DB).
+the blob's bytes, which must equal the DB's key for the blob: never a path taken from the DB), by
+:func:`write_tensor_file`, which never writes through a link.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+import os
 import re
+import secrets
+import stat
 from pathlib import Path
 from typing import IO, Callable
 
@@ -19,6 +24,7 @@ import yaml
 
 from casedb.cases import blobs, dtypes, input_specs, marks as marks_mod
 from casedb.cases.spec import DEFAULT_KEYS
+from casedb.errors import CasedbError
 from casedb.escape import yaml_comment, yaml_scalar
 from casedb.store.database import Store
 
@@ -82,6 +88,7 @@ class _Writer:
     def __init__(self, store: Store, out_path: Path | None):
         self.store = store
         self.out_path = out_path
+        self.written: set = set()  # the tensor files this export wrote (write_tensor_file)
 
     def tensor(self, t: dict, case_dtype: str) -> dict:
         out = {"shape": list(t["shape"])}
@@ -126,18 +133,12 @@ class _Writer:
         return dict(spec)
 
     def file(self, f: dict) -> str:
-        import torch
-
         if self.out_path is None:
             raise ValueError("a case has file: inputs; export it with -o FILE so the .pt files can be written beside it")
         data, sha = self.blob(f["blob"])
-        folder = self.out_path.parent / f"{self.out_path.stem}.files"
-        folder.mkdir(parents=True, exist_ok=True)
         # named by the hash of the bytes, never by the DB's key: always a file of this folder
-        target = folder / f"{sha[:12]}.pt"
-        if not target.exists():
-            torch.save(blob_tensor(data, f["dtype"], f["shape"]).clone(), target)
-        return str(target.relative_to(self.out_path.parent))
+        return write_tensor_file(self.out_path, sha, lambda: blob_tensor(data, f["dtype"], f["shape"]).clone(),
+                                 self.written)
 
     def blob(self, key) -> tuple[bytes, str]:
         """The bytes of blob `key` and their sha256, which must be the key (a DB from elsewhere
@@ -154,6 +155,52 @@ class _Writer:
 def _value(v):
     # A stored string that a manifest would read as a literal ("None", "1") is written quoted.
     return input_specs.string_spelling(v) if isinstance(v, str) else v
+
+
+def _files_folder(out_path: Path) -> int:
+    """An fd of ``<stem>.files`` beside ``out_path`` (made when missing), never through a link;
+    CasedbError when it is a link or not a folder."""
+    folder = out_path.parent / f"{out_path.stem}.files"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder)
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        raise CasedbError(f"{folder} is {kind}: export writes the tensor files of {out_path.name} only into a real "
+                          "folder of that name; move it away (casedb makes the folder) or export to another -o FILE")
+    return os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW)
+
+
+def write_tensor_file(out_path: Path, sha: str, tensor, written: set | None = None) -> str:
+    """Write ``tensor()`` (a callable: built only when written) as ``<stem>.files/<sha12>.pt``
+    beside ``out_path``; its path relative to ``out_path``'s folder. The file is created new
+    (``O_CREAT | O_EXCL | O_NOFOLLOW``) under a temporary name and renamed into place, so whatever
+    was planted under the name (a link, another file) is replaced, never written through; names in
+    ``written`` (this export's own) are not written again."""
+    import torch
+
+    name = f"{sha[:12]}.pt"
+    rel = str(Path(f"{out_path.stem}.files") / name)
+    if written is not None and name in written:
+        return rel
+    folder = _files_folder(out_path)
+    try:
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666,
+                     dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(tensor(), f)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
+    if written is not None:
+        written.add(name)
+    return rel
 
 
 def blob_tensor(data: bytes, dtype: str, shape: list[int]):

@@ -17,15 +17,20 @@ bases keep their dtype, shape, strides, storage offset and storage sharing (``to
 
 A file is a ``torch.save`` archive (loaded with ``mmap=True, weights_only=True``: the pages are
 read as the op reads them and a write goes to a private copy, never to the file) holding a JSON
-``meta`` (each tensor's source, dtype, shape, strides and offset) and the SHA-256 of that meta and
-of every storage's bytes; a file whose digest or layout does not match is :class:`Corrupt`.
+``meta`` (each tensor's source, dtype, shape, strides and offset) and the digest of that meta and
+of every storage's bytes — in the cache, an HMAC sealed to the entry's name under the user's key
+(``seal``: :mod:`casedb.run.cachekey`), else a SHA-256; a file whose digest or layout does not
+match is :class:`Corrupt`. :func:`max_file_bytes` bounds what a case's file can take, so that no
+larger file is read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from typing import Callable
 
 MIN_NUMEL = 1 << 20
 SUFFIX = ".in"
@@ -58,11 +63,30 @@ def _layout(t) -> list:
     return [str(t.dtype), list(t.shape), list(t.stride()), t.storage_offset()]
 
 
-def _digest(meta: str, tensors: list) -> str:
-    """SHA-256 of ``meta`` and of each distinct storage's bytes, in order of first use."""
+def max_file_bytes(case: dict) -> int:
+    """The most a cached inputs file of ``case`` can take: its tensors' bytes (a generated base
+    holds its shape's elements), twice, plus room for the archive's records."""
+    from casedb.cases import marks
+
+    specs = list(marks.iter_tensors(case.get("inputs") or [], case.get("attrs") or {}))
+    data = sum(math.prod(t.get("shape") or []) * _itemsize(t.get("dtype") or case.get("dtype")) for t in specs)
+    return 2 * data + 8192 * len(specs) + (1 << 20)
+
+
+def _itemsize(name) -> int:
     import torch
 
-    h = hashlib.sha256(meta.encode())
+    dtype = getattr(torch, str(name), None)
+    return dtype.itemsize if isinstance(dtype, torch.dtype) else 16  # (unknown: the widest)
+
+
+def _digest(meta: str, tensors: list, seal: Callable | None = None) -> str:
+    """The digest (``seal()``, else SHA-256) of ``meta`` and of each distinct storage's bytes, in
+    order of first use."""
+    import torch
+
+    h = seal() if seal is not None else hashlib.sha256()
+    h.update(meta.encode())
     seen = set()
     for t in tensors:
         s = t.untyped_storage()
@@ -73,9 +97,9 @@ def _digest(meta: str, tensors: list) -> str:
     return h.hexdigest()
 
 
-def write(path, prepared) -> bool:
-    """Save the drawn bases of ``prepared`` to ``path`` (a file name or a binary file); False when
-    one is not a plain CPU tensor."""
+def write(path, prepared, seal: Callable | None = None) -> bool:
+    """Save the drawn bases of ``prepared`` to ``path`` (a file name or a binary file), digested
+    with ``seal`` (see :func:`_digest`); False when one is not a plain CPU tensor."""
     import torch
 
     tensors, leaves = [], []
@@ -88,29 +112,32 @@ def write(path, prepared) -> bool:
         tensors.append(leaf.base)
         leaves.append({"source": leaf.source, "layout": _layout(leaf.base)})
     meta = json.dumps(leaves)
-    torch.save({"meta": meta, "digest": _digest(meta, tensors), "tensors": tensors}, path)
+    torch.save({"meta": meta, "digest": _digest(meta, tensors, seal), "tensors": tensors}, path)
     return True
 
 
-def read(path: str | os.PathLike) -> list:
-    """The bases saved in ``path``, one per leaf: ``(tensor, source)`` or None (build it again)."""
+def read(path, seal: Callable | None = None) -> list:
+    """The bases saved in ``path`` (a file name, memory-mapped, or a binary file), one per leaf:
+    ``(tensor, source)`` or None (build it again); Corrupt unless its digest (``seal``) matches."""
     try:
-        return _read(path)
+        return _read(path, seal)
     except Corrupt:
         raise
     except Exception as e:  # a file that is not this format, cut short, or not a torch archive
         raise Corrupt(f"unreadable: {type(e).__name__}: {e}") from None
 
 
-def _read(path) -> list:
+def _read(path, seal) -> list:
+    import hmac
+
     import torch
 
-    saved = torch.load(path, mmap=True, weights_only=True)
+    saved = torch.load(path, mmap=isinstance(path, (str, os.PathLike)), weights_only=True)
     meta, tensors = saved["meta"], saved["tensors"]
     leaves = json.loads(meta)
     if len(tensors) != sum(x is not None for x in leaves):
         raise Corrupt("not a cached inputs file")
-    if saved["digest"] != _digest(meta, tensors):
+    if not isinstance(saved["digest"], str) or not hmac.compare_digest(saved["digest"], _digest(meta, tensors, seal)):
         raise Corrupt("checksum mismatch")
     found, it = [], iter(tensors)
     for x in leaves:

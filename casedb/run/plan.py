@@ -8,7 +8,6 @@ shapes and literals, dtype, signature prefix), never parsed back from display te
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -74,8 +73,11 @@ class PlanItem:
 
     @property
     def numel(self) -> int:
-        """Elements the case's input tensors hold in all."""
-        return sum(math.prod(t["shape"]) for t in marks_mod.iter_tensors(self.inputs, self.attrs))
+        """Elements the case's input tensors take in all: the storage their strides and offsets
+        span (casedb.cases.presets.storage_numel), not only the elements they show."""
+        from casedb.cases.presets import storage_numel
+
+        return sum(storage_numel(t) for t in marks_mod.iter_tensors(self.inputs, self.attrs))
 
     def fits(self, max_numel: int) -> bool:
         """True when the case's inputs hold at most `max_numel` elements in all, and its outputs

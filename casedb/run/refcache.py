@@ -8,13 +8,18 @@ version, CPU capability (``torch.backends.cpu.get_cpu_capability()``: the kernel
 torch thread count (a parallel reduction splits its sums by threads), reference dtype and
 version of the code that builds inputs and calls the reference, the reference is the same
 tensor: :func:`key` hashes all of them, and an entry is one file named by that hash in a folder
-beside the DB (``<db>.refcache/``, :func:`beside`).
+beside the DB (``<db>.refcache/``, :func:`beside`; on disk: :mod:`casedb.run.cachefolder`, which
+never follows a link and touches only the names it writes).
 
-Safe to read: tensors go through ``torch.save`` and come back through ``torch.load(...,
-weights_only=True)`` (no pickle of arbitrary objects); the structure around them (tuples, dicts,
-``torch.return_types``, Python scalars, dtypes) is JSON. Each file starts with the SHA-256 of the
-rest; a file that does not match, or does not load, is a miss and is deleted. Writes go to a
-temporary file renamed into place, so a reader never sees half a file.
+Trusted only as far as it is checked: the folder must be the user's own (not a link, not writable
+by group or others: :meth:`ReferenceCache.check`), and each entry is sealed with an HMAC-SHA256
+under the user's secret key (:mod:`casedb.run.cachekey`, kept outside the folder) over its kind,
+its name and its bytes. An entry that does not match its seal (forged, damaged, moved to another
+name, written under another key), that is a link or not a regular file of the user, or larger than
+its case can need, is a miss and is deleted. Tensors go through ``torch.save`` and come back through
+``torch.load(..., weights_only=True)`` (no pickle of arbitrary objects), only after the seal
+matched; the structure around them (tuples, dicts, ``torch.return_types``, Python scalars, dtypes)
+is JSON. Writes go to a temporary file renamed into place, so a reader never sees half a file.
 
 Bounded: at most ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, env
 ``CASEDB_REFERENCE_CACHE_BYTES``, e.g. ``500M``), the least recently used entries (a hit touches
@@ -22,25 +27,28 @@ its file) evicted first, references and inputs alike — but never an entry this
 stored or used (a run): a run whose entries exceed the cap keeps its first ones and stores no
 more, where plain LRU would evict each before the next run reaches it and keep nothing. Results
 that are not values (random or uninitialized outputs, compared on metadata only) are never cached: :mod:`casedb.run.execute` decides what it offers.
+A read is bounded before it starts: a reference entry by the cap (its seal is checked streaming
+before a large one is read into memory), an inputs entry by what its case's tensors take.
 """
-
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import os
 import re
-import tempfile
+import sys
 import time
 from pathlib import Path
 
 from casedb.errors import CasedbError
-from casedb.run import inputcache
+from casedb.run import cachekey, inputcache
+from casedb.run.cachefolder import BadEntry, Folder, UnsafeFolder
 
 DEFAULT_MAX_BYTES = 2 * 2**30
 MAX_BYTES_ENV = "CASEDB_REFERENCE_CACHE_BYTES"
-FORMAT = 1                      # of the files: a new one misses every old entry
+FORMAT = 2                      # of the files: a new one misses every old entry (2: sealed by key)
 SUFFIX = ".ref"
 KINDS = {SUFFIX: "references", inputcache.SUFFIX: "inputs"}
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -163,8 +171,15 @@ def _decode(x, tensors: list):
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def dumps(value: dict) -> bytes:
-    """``value`` (str keys; results as casedb.run.execute keeps them) as file bytes: digest + payload."""
+def _seal(name: str, payload) -> bytes:
+    mac = cachekey.seal(SUFFIX, name)
+    mac.update(payload)
+    return mac.digest()
+
+
+def dumps(value: dict, name: str = "") -> bytes:
+    """``value`` (str keys; results as casedb.run.execute keeps them) as the bytes of entry
+    ``name``: its seal (:mod:`casedb.run.cachekey`) + payload."""
     import torch
 
     tensors: list = []
@@ -172,16 +187,17 @@ def dumps(value: dict) -> bytes:
     buf = io.BytesIO()
     torch.save({"meta": meta, "tensors": tensors}, buf)
     payload = buf.getvalue()
-    return hashlib.sha256(payload).digest() + payload
+    return _seal(name, payload) + payload
 
 
-def loads(data: bytes) -> dict:
-    """The value of file bytes; ValueError when the digest does not match or it does not load."""
+def loads(data: bytes, name: str = "") -> dict:
+    """The value of the bytes of entry ``name``; ValueError when the seal does not match (forged,
+    damaged, another entry's) or it does not load."""
     import torch
 
-    digest, payload = data[:32], data[32:]
-    if len(data) < 32 or hashlib.sha256(payload).digest() != digest:
-        raise ValueError("checksum mismatch")
+    digest, payload = data[:32], memoryview(data)[32:]
+    if len(data) < 32 or not hmac.compare_digest(_seal(name, payload), digest):
+        raise ValueError("seal mismatch")
     try:
         saved = torch.load(io.BytesIO(payload), weights_only=True)
         return _decode(json.loads(saved["meta"]), saved["tensors"])
@@ -191,59 +207,118 @@ def loads(data: bytes) -> dict:
 
 # ------------------------------------------------------------------------------------ the folder
 
+_STREAM_AFTER = 64 << 20  # a reference entry larger than this has its seal checked before it is read
+
+
+def _chunks(fd: int, at: int, size: int):
+    """The bytes of ``fd`` from ``at`` to ``size``, in chunks."""
+    while at < size:
+        chunk = os.pread(fd, min(size - at, 1 << 22), at)
+        if not chunk:
+            return
+        yield chunk
+        at += len(chunk)
+
+
+def _pread_all(fd: int, size: int) -> bytearray:
+    data = bytearray()
+    for chunk in _chunks(fd, 0, size):
+        data += chunk
+    return data
+
+
+def _sealed_streaming(fd: int, size: int, name: str) -> bool:
+    """Whether entry ``name``'s bytes match its seal, read in chunks (no memory for a forged one)."""
+    mac = cachekey.seal(SUFFIX, name)
+    for chunk in _chunks(fd, 32, size):
+        mac.update(chunk)
+    return hmac.compare_digest(mac.digest(), os.pread(fd, 32, 0))
+
+
+def _read_reference(fd: int, size: int, name: str) -> dict:
+    if size > _STREAM_AFTER and not _sealed_streaming(fd, size, name):
+        raise ValueError("seal mismatch")
+    return loads(_pread_all(fd, size), name)
+
+
+def _read_inputs(fd: int, size: int, name: str) -> list:
+    seal = lambda: cachekey.seal(inputcache.SUFFIX, name)  # noqa: E731
+    if os.path.isdir("/proc/self/fd"):  # the file opened, by a name a swap cannot redirect: memory-mapped
+        return inputcache.read(f"/proc/self/fd/{fd}", seal)
+    return inputcache.read(io.BytesIO(_pread_all(fd, size)), seal)
+
+
 class ReferenceCache:
     """One cache folder (see the module docstring). Counts its hits, misses and stores, of
     references and (``inputs_*``) of inputs."""
 
     def __init__(self, folder: str | os.PathLike, max_bytes: int | None = None):
         self.folder = Path(folder)
+        self.disk = Folder(self.folder)
         self.max_bytes = parse_bytes(os.environ.get(MAX_BYTES_ENV)) if max_bytes is None else int(max_bytes)
         self.hits = self.misses = self.stored = self.corrupt = 0
         self.inputs_hits = self.inputs_misses = self.inputs_stored = 0
         self._size: int | None = None  # bytes in the folder, scanned on the first store
         self._since = time.time()  # entries used or stored since (this run's) are not evicted by a store
 
+    def check(self) -> None:
+        """Raise CasedbError (exit 2, saying what to do) when the folder is not to be trusted (a
+        link, not the user's, writable by others: casedb.run.cachefolder) or the key is not
+        (casedb.run.cachekey)."""
+        self.disk.check()
+        cachekey.secret(fresh=True)
+
     def _path(self, name: str, suffix: str = SUFFIX) -> Path:
         return self.folder / name[:2] / (name + suffix)
 
-    def _used(self, path: Path) -> None:
-        try:
-            os.utime(path)  # least recently used goes first
-        except OSError:
-            pass
-
-    def _bad(self, path: Path) -> None:
+    def _bad(self, entry: str) -> None:
         self.corrupt += 1
-        self._remove(path)
+        self.disk.remove(entry)
 
-    def _fetch(self, path: Path, read, corrupt: type[Exception]):
-        """``read(path)``, or None: a miss when there is no file, and a corrupt one (``corrupt``
-        raised) is deleted."""
-        if not path.is_file():
+    def _fetch(self, name: str, suffix: str, read, bound: int):
+        """``read(fd, size, name)`` of entry ``name``, or None: a miss when there is none, and one
+        that is bad (a link, not the user's file, over ``bound``, its seal or format not
+        matching: ValueError raised) is deleted."""
+        entry = name + suffix
+        try:
+            fd = self.disk.open(entry)
+        except BadEntry:
+            self._bad(entry)
+            return None
+        except (OSError, UnsafeFolder):
             return None
         try:
-            value = read(path)
-        except corrupt:
-            self._bad(path)
+            size = os.fstat(fd).st_size
+            if size > bound:
+                raise ValueError(f"{size} bytes, more than its case can need ({bound})")
+            value = read(fd, size, name)
+            try:
+                os.utime(fd)  # least recently used goes first
+            except OSError:
+                pass
+            return value
+        except ValueError:
+            self._bad(entry)
             return None
         except OSError:
             return None
-        self._used(path)
-        return value
+        finally:
+            os.close(fd)
 
     def load(self, name: str) -> dict | None:
-        """The entry ``name``, or None (a miss; a corrupt entry is deleted)."""
-        value = self._fetch(self._path(name), lambda p: loads(p.read_bytes()), ValueError)
+        """The entry ``name``, or None (a miss; a bad entry is deleted)."""
+        value = self._fetch(name, SUFFIX, _read_reference, self.max_bytes)
         if value is None:
             self.misses += 1
         else:
             self.hits += 1
         return value
 
-    def load_inputs(self, name: str) -> list | None:
-        """The cached inputs ``name`` (:func:`casedb.run.inputcache.read`), or None (a miss; a
-        corrupt file is deleted)."""
-        bases = self._fetch(self._path(name, inputcache.SUFFIX), inputcache.read, inputcache.Corrupt)
+    def load_inputs(self, name: str, case: dict | None = None) -> list | None:
+        """The cached inputs ``name`` (of ``case``: read only when no larger than its tensors can
+        need; :func:`casedb.run.inputcache.read`), or None (a miss; a bad file is deleted)."""
+        bound = self.max_bytes if case is None else min(self.max_bytes, inputcache.max_file_bytes(case))
+        bases = self._fetch(name, inputcache.SUFFIX, _read_inputs, bound)
         if bases is None:
             self.inputs_misses += 1
         else:
@@ -256,14 +331,14 @@ class ReferenceCache:
         from casedb.cases.materialize import MaterializeError, prepare
 
         name = input_key(case)
-        bases = self.load_inputs(name)
+        bases = self.load_inputs(name, case)
         if bases is not None:
             try:
                 return prepare(case, load_blob=load_blob, bases=bases), True
             except MaterializeError:  # tensors that do not fit the case: a bad entry
                 self.inputs_hits -= 1
                 self.inputs_misses += 1
-                self._bad(self._path(name, inputcache.SUFFIX))
+                self._bad(name + inputcache.SUFFIX)
         prepared = prepare(case, load_blob=load_blob)
         if inputcache.qualifies(prepared):
             self.store_inputs(name, prepared)
@@ -273,17 +348,16 @@ class ReferenceCache:
         """Keep ``value`` as entry ``name``; False when it cannot be stored (uncacheable, over the
         cap, a folder that cannot be written: the run goes on without the cache)."""
         try:
-            data = dumps(value)
+            data = dumps(value, name)
         except Uncacheable:
             return False
         if len(data) > self.max_bytes:
             return False
-
         def write(f) -> bool:
             f.write(data)
             return True
 
-        if not self._write(self._path(name), write):
+        if not self._write(name + SUFFIX, write):
             return False
         self.stored += 1
         return True
@@ -291,28 +365,22 @@ class ReferenceCache:
     def store_inputs(self, name: str, prepared) -> bool:
         """Keep the generated inputs of ``prepared`` (:func:`casedb.run.inputcache.write`) as
         ``name``; False when they cannot be stored (as :meth:`store`)."""
-        if not self._write(self._path(name, inputcache.SUFFIX), lambda f: inputcache.write(f, prepared)):
+        seal = lambda: cachekey.seal(inputcache.SUFFIX, name)  # noqa: E731
+        if not self._write(name + inputcache.SUFFIX, lambda f: inputcache.write(f, prepared, seal)):
             return False
         self.inputs_stored += 1
         return True
 
-    def _write(self, path: Path, write) -> bool:
-        """``write(file)`` into a temporary file renamed to ``path`` (a reader never sees half a
-        file), then evict down to the cap; False when it did not write or the file is over the cap."""
-        tmp = None
+    def _write(self, entry: str, write) -> bool:
+        """``write(file)`` into entry ``entry`` (casedb.run.cachefolder), then evict down to the
+        cap; False when it did not write or the file is over the cap."""
+        def written(f):
+            if not write(f):
+                raise Uncacheable(entry)
+
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                if not write(f):
-                    raise Uncacheable(path.name)
-            size = os.path.getsize(tmp)
-            if size > self.max_bytes:
-                raise Uncacheable(f"{path.name}: {size} bytes, over the cap")
-            os.replace(tmp, path)
-        except (OSError, Uncacheable):
-            if tmp is not None:
-                self._remove(Path(tmp))
+            size = self.disk.write(entry, written, self.max_bytes)
+        except (OSError, ValueError, Uncacheable, UnsafeFolder):
             return False
         if self._size is None:
             self._size = sum(size for _, size, _ in self.entries())
@@ -321,25 +389,15 @@ class ReferenceCache:
         if self._size > self.max_bytes:
             self.evict(keep_since=self._since)
             if self._size > self.max_bytes:  # only this run's entries are left: keep them, not this one
-                self._remove(path)
+                self.disk.remove(entry)
                 self._size -= size
                 return False
         return True
 
     def entries(self, suffix: str | None = None) -> list[tuple[Path, int, float]]:
         """(path, bytes, last use) of every entry (of one kind: its ``suffix``)."""
-        found = []
-        if not self.folder.is_dir():
-            return found
-        for p in self.folder.glob("*/*"):
-            if p.suffix not in KINDS or (suffix is not None and p.suffix != suffix) or p.name.startswith(".tmp-"):
-                continue
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            found.append((p, st.st_size, st.st_mtime))
-        return found
+        return [(self.folder / e.name[:2] / e.name, e.size, e.mtime) for e in self.disk.entries()
+                if suffix is None or e.name.endswith(suffix)]
 
     def evict(self, max_bytes: int | None = None, keep_since: float | None = None) -> int:
         """Delete the least recently used entries until the folder holds at most ``max_bytes``
@@ -352,42 +410,28 @@ class ReferenceCache:
                 break
             if keep_since is not None and used >= keep_since:
                 continue
-            self._remove(path)
+            self.disk.remove(path.name)
             total -= size
             gone += 1
         self._size = total
         return gone
 
-    def _remove(self, path: Path) -> None:
-        try:
-            path.unlink()
-        except OSError:
-            pass
-
     def info(self) -> dict:
-        """The folder, its entries and bytes in all and per kind (``references``, ``inputs``), the cap."""
+        """The folder, its entries and bytes in all and per kind (``references``, ``inputs``), the
+        cap and the key file that seals them."""
         found = self.entries()
         kinds = {kind: {"entries": 0, "bytes": 0} for kind in KINDS.values()}
         for p, size, _ in found:
             kinds[KINDS[p.suffix]]["entries"] += 1
             kinds[KINDS[p.suffix]]["bytes"] += size
         return {"folder": str(self.folder), "entries": len(found), "bytes": sum(s for _, s, _ in found), **kinds,
-                "max_bytes": self.max_bytes, "exists": self.folder.is_dir()}
+                "max_bytes": self.max_bytes, "exists": self.folder.is_dir(), "key_file": str(cachekey.key_path())}
 
     def clear(self) -> dict:
-        """Delete every entry, references and inputs (and stray temporary files); returns how many
-        of each went (``references``, ``inputs``)."""
+        """Delete every entry, references and inputs (and stray temporary files; nothing else:
+        casedb.run.cachefolder); returns how many of each went (``references``, ``inputs``)."""
         gone = {kind: len(self.entries(suffix)) for suffix, kind in KINDS.items()}
-        if self.folder.is_dir():
-            for p in self.folder.glob("*/*"):
-                if p.is_file() and (p.suffix in KINDS or p.name.startswith(".tmp-")):
-                    self._remove(p)
-            for d in self.folder.iterdir():
-                if d.is_dir():
-                    try:
-                        d.rmdir()
-                    except OSError:
-                        pass
+        self.disk.clear()
         self._size = 0
         return gone
 
@@ -395,3 +439,20 @@ class ReferenceCache:
         return {"hits": self.hits, "misses": self.misses, "stored": self.stored, "corrupt": self.corrupt,
                 "inputs_hits": self.inputs_hits, "inputs_misses": self.inputs_misses,
                 "inputs_stored": self.inputs_stored}
+
+
+_warned: set = set()
+
+
+def for_run(db_path: str | os.PathLike) -> ReferenceCache | None:
+    """The cache of a run's worker, or None (with one warning per folder and process) when it is
+    not to be trusted; ``casedb run`` refuses such a folder before it starts (:meth:`check`)."""
+    cache = ReferenceCache(beside(db_path))
+    try:
+        cache.check()
+    except CasedbError as e:
+        if str(cache.folder) not in _warned:
+            _warned.add(str(cache.folder))
+            print(f"casedb: warning: {e}: running without the reference cache", file=sys.stderr)
+        return None
+    return cache

@@ -23,6 +23,7 @@ import pytest
 
 from casedb.cases import marks
 from casedb.errors import CasedbError
+from casedb.run import refcache
 from casedb.run.console import Progress
 from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.run.session import usable_cpus
@@ -128,6 +129,8 @@ def _check_store(spec: RunSpec, db, resume: int | None) -> tuple[Path, int]:
     worker starts, and refuses unknown models and marks."""
     with open_seeded(db) as store:
         db_path = store.path.resolve()
+        if spec.reference_cache:  # a linked, shared or foreign cache folder, or an unsafe key: exit 2 first
+            refcache.ReferenceCache(refcache.beside(db_path)).check()
         if resume is None:
             for m in spec.models:
                 store.model(m)

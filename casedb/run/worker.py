@@ -176,7 +176,7 @@ class Worker:
                 from casedb.run import execute, refcache  # (torch: see prepare_target)
 
                 # one cache for the process: every backend of a session reads the same references
-                execute.use_reference_cache(refcache.ReferenceCache(refcache.beside(self.cases.db_path))
+                execute.use_reference_cache(refcache.for_run(self.cases.db_path)
                                             if self.cases.spec.reference_cache else None)
             except TargetError as e:
                 self._target_errors[backend] = str(e)
