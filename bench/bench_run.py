@@ -1,7 +1,8 @@
 """`casedb run` against a bare torch loop over the same cases, plus -j 2 and warm-rerun figures.
 
     python bench/bench_run.py [--cases 200] [--inductor-cases 60] [--skip-inductor] [--skip-j2]
-                              [--refcache-model granite4h] [--refcache-limit 60] [--only-refcache] [--json]
+                              [--refcache-model granite4h] [--refcache-limit 60] [--only-refcache]
+                              [--repeat 5] [--json]
 
 Builds a DB from the shipped manifests (manifests/*.yaml) holding only the chosen cases —
 ``--cases`` cases of at most 4M elements (every k-th by signature, so sizes and ops are mixed),
@@ -30,6 +31,11 @@ included on both sides):
   loop's ratio and each run's phases (start-up = wall - run loop; setup = building inputs;
   reference = the reference and the upcast one; target).
 
+The eager figures are ``--repeat`` rounds (default 5), interleaved: each round times the bare
+loop and both judges back to back, in an order that rotates, and a ratio is taken within a round;
+the median ratio is the figure, printed with its quartiles and range, so that it holds on a loaded
+machine (one round moved 2.5x between two identical runs at load 2).
+
 The eager and inductor runs above pass ``--no-reference-cache``: each computes its references.
 """
 
@@ -39,6 +45,7 @@ import argparse
 import json
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -209,6 +216,47 @@ def bare(db: Path, backend: str, env: dict, work: Path) -> tuple[float, dict]:
     return wall, json.loads(out.strip().splitlines()[-1])
 
 
+def spread(xs: list[float]) -> dict:
+    """Median, quartiles and range of a few measurements (statistics' inclusive quartiles)."""
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {"median": round(statistics.median(xs), 3), "q1": round(q[0], 3), "q3": round(q[2], 3),
+            "min": round(xs[0], 3), "max": round(xs[-1], 3), "n": len(xs)}
+
+
+def eager_leg(db: Path, env: dict, work: Path, repeat: int) -> tuple[dict, dict]:
+    """The eager figures, ``repeat`` rounds. Each round times the bare loop and both casedb judges
+    back to back, in an order that rotates from round to round, and its ratios compare only
+    measurements of that round: load that drifts between rounds moves both sides of a ratio."""
+    sides = ("bare", "default", "tolerance")
+    rounds = []
+    for r in range(repeat):
+        got = {}
+        for side in sides[r % 3:] + sides[:r % 3]:
+            if side == "bare":
+                got["bare_wall"], got["bare"] = bare(db, "eager", env, work)
+            else:
+                got[side + "_wall"], got[side] = casedb_run(db, "eager", 1, env, judge="both" if side == "default" else side)
+        rounds.append(got)
+    loop = {s: [g[s]["session"]["loop_s"] if s != "bare" else g[s]["loop_s"] for g in rounds] for s in sides}
+    ratio = spread([d / b for d, b in zip(loop["default"], loop["bare"])])
+    tol = spread([t / b for t, b in zip(loop["tolerance"], loop["bare"])])
+    wall = spread([g["default_wall"] / g["bare_wall"] for g in rounds])
+    run1 = rounds[0]["default"]
+    return run1, {
+        "cases": run1["executed"] + run1["skipped"], "rounds": repeat,
+        "casedb_s": round(statistics.median(g["default_wall"] for g in rounds), 2),
+        "bare_s": round(statistics.median(g["bare_wall"] for g in rounds), 2), "wall_ratio": wall["median"],
+        "casedb_loop_s": round(statistics.median(loop["default"]), 2),
+        "bare_loop_s": round(statistics.median(loop["bare"]), 2),
+        "ratio": ratio["median"], "ratio_spread": ratio, "casedb_passed": run1["passed"],
+        "casedb_unexpected": run1["unexpected"], "bare_ok": rounds[0]["bare"]["ok"],
+        # the same cases judged by tolerance only: what the high-precision reference costs
+        "tolerance_judge_loop_s": round(statistics.median(loop["tolerance"]), 2),
+        "tolerance_judge_ratio": tol["median"], "tolerance_judge_spread": tol,
+        "ulp_judge_cost": round(statistics.median(d / t for d, t in zip(loop["default"], loop["tolerance"])), 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=200)
@@ -218,8 +266,12 @@ def main() -> None:
     ap.add_argument("--refcache-model", default="granite4h", help="The model of the reference-cache figure.")
     ap.add_argument("--refcache-limit", type=int, default=60, help="Its cases (0: no reference-cache figure).")
     ap.add_argument("--only-refcache", action="store_true", help="Only the reference-cache figure.")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="Rounds of the eager figures (interleaved; medians and spread printed).")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     res: dict = {}
     with tempfile.TemporaryDirectory(prefix="casedb-bench-run-") as tmp:
         work = Path(tmp)
@@ -238,26 +290,11 @@ def main() -> None:
         eager_db, ind_db = build_db(work, a.cases, a.inductor_cases)
         env = dict(os.environ)
         env.pop("CASEDB_DB", None)
-        # eager: bare first and last, casedb between, so drift in machine load shows
-        b1, bare1 = bare(eager_db, "eager", env, work)
-        c1, run1 = casedb_run(eager_db, "eager", 1, env)
-        c1t, run1t = casedb_run(eager_db, "eager", 1, env, judge="tolerance")
-        b2, _ = bare(eager_db, "eager", env, work)
-        bare_wall = min(b1, b2)
-        bare_loop = min(bare1["loop_s"], _["loop_s"])
-        res["eager"] = {"cases": run1["executed"] + run1["skipped"], "casedb_s": round(c1, 2),
-                        "bare_s": round(bare_wall, 2), "wall_ratio": round(c1 / bare_wall, 3),
-                        "casedb_loop_s": run1["session"]["loop_s"], "bare_loop_s": round(bare_loop, 2),
-                        "ratio": round(run1["session"]["loop_s"] / bare_loop, 3), "casedb_passed": run1["passed"],
-                        "casedb_unexpected": run1["unexpected"], "bare_ok": bare1["ok"],
-                        # the same run judged by tolerance only: what the high-precision reference costs
-                        "tolerance_judge_loop_s": run1t["session"]["loop_s"],
-                        "tolerance_judge_ratio": round(run1t["session"]["loop_s"] / bare_loop, 3),
-                        "ulp_judge_cost": round(run1["session"]["loop_s"] / run1t["session"]["loop_s"], 3)}
+        run1, res["eager"] = eager_leg(eager_db, env, work, a.repeat)
         if not a.skip_j2:
             c2, _ = casedb_run(eager_db, "eager", 2, env)
             res["eager"]["j2_s"] = round(c2, 2)
-            res["eager"]["j2_speedup"] = round(c1 / c2, 3)
+            res["eager"]["j2_speedup"] = round(res["eager"]["casedb_s"] / c2, 3)
         if not a.skip_inductor:
             def cold(tag):
                 # the bare loop gets the inductor setting casedb uses (one compile thread), so the
@@ -295,11 +332,14 @@ def main() -> None:
         print(json.dumps(res, indent=2))
         return
     e = res["eager"]
-    print(f"eager, {e['cases']} cases: run loop {e['casedb_loop_s']} s vs bare loop {e['bare_loop_s']} s: "
-          f"ratio {e['ratio']}; end to end {e['casedb_s']} s vs {e['bare_s']} s ({e['wall_ratio']})"
+    r, t = e["ratio_spread"], e["tolerance_judge_spread"]
+    print(f"eager, {e['cases']} cases, {e['rounds']} interleaved rounds (medians): run loop {e['casedb_loop_s']} s "
+          f"vs bare loop {e['bare_loop_s']} s: ratio {e['ratio']} (quartiles {r['q1']}-{r['q3']}, range "
+          f"{r['min']}-{r['max']}); end to end {e['casedb_s']} s vs {e['bare_s']} s ({e['wall_ratio']})"
           + (f"; -j 2: {e['j2_s']} s ({e['j2_speedup']}x)" if "j2_s" in e else ""))
     print(f"  --judge tolerance (no high-precision reference): run loop {e['tolerance_judge_loop_s']} s, ratio "
-          f"{e['tolerance_judge_ratio']}; the default judge costs {e['ulp_judge_cost']}x that")
+          f"{e['tolerance_judge_ratio']} (quartiles {t['q1']}-{t['q3']}, range {t['min']}-{t['max']}); "
+          f"the default judge costs {e['ulp_judge_cost']}x that")
     if "inductor" in res:
         i = res["inductor"]
         print(f"inductor, {i['cases']} cases ({i['passed']} passed, {i['failed']} failed, {i['errors']} errors): "

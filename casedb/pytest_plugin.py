@@ -127,7 +127,7 @@ def pytest_addoption(parser):
             add(flag.pytest, flag.rfc, dest=dest, action="append", default=[], metavar=flag.metavar,
                 help=argparse_help(flag.help))
         else:
-            kind = {"int | None": int, "int": int}.get(f.type, None)
+            kind = {"int | None": int, "int": int, "float": float}.get(f.type, None)
             kw = dict(dest=dest, default=default, metavar=flag.metavar, help=argparse_help(flag.help))
             if kind:
                 kw["type"] = kind

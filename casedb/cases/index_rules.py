@@ -17,6 +17,7 @@ from casedb.cases.input_rules import (
     informative,
     is_integer,
     negative_indices,
+    generated,
     nonzero_int,
     numel,
     randint,
@@ -165,7 +166,10 @@ def _grouped_mm(c: Call):
     """
     a, b = c.tensor(0, "mat_a") or c.tensor(0, "self"), c.tensor(1, "mat_b") or c.tensor(1, "mat2")
     offs = c.tensor(2, "offs")
-    if a is None or b is None or offs is None or "init" in offs or len(offs["shape"]) != 1:
+    if a is None or b is None or offs is None or len(offs["shape"]) != 1:
+        return
+    record = RECORD.get()
+    if "init" in offs and not (record is not None and generated(offs)):
         return
     groups = offs["shape"][0]
     if len(a["shape"]) == 2 and len(b["shape"]) == 3:
@@ -176,9 +180,14 @@ def _grouped_mm(c: Call):
         total = a["shape"][1]       # the shared K dimension
     else:
         return
+    data = [((g + 1) * total) // groups for g in range(groups)]
+    if record is not None:  # drawn offsets are not cumulative group ends (rows left unwritten)
+        record.append(f"offs ({offs.get('dtype')} {offs.get('init') or 'randint'}) must be non-decreasing "
+                      f"group ends within {total} for {c.op}; give it init: data, data: {data}")
+        return
     offs.pop(VALUES, None)
     offs["init"] = "data"
-    offs["data"] = [((g + 1) * total) // groups for g in range(groups)]
+    offs["data"] = data
 
 
 @rule("torch.Tensor.masked_scatter", "torch.Tensor.masked_scatter_", "torch.masked_scatter",
@@ -188,10 +197,19 @@ def _masked_scatter(c: Call):
     """The mask may select at most as many elements as ``source`` has: the real mask when the
     scanner saw it, else all False when a random mask could select too many."""
     target, mask, source = c.tensor(0, "self") or c.tensor(0, "input"), c.tensor(1, "mask"), c.tensor(2, "source")
-    if target is None or mask is None or source is None or "init" in mask:
+    if target is None or mask is None or source is None:
         return
-    if math.prod(_broadcast(target["shape"], mask["shape"])) <= math.prod(source["shape"]):
+    selectable = math.prod(_broadcast(target["shape"], mask["shape"]))
+    if selectable <= math.prod(source["shape"]):
         return  # any mask is valid
+    record = RECORD.get()
+    if record is not None:
+        if generated(mask) and mask.get("init") != "zeros":
+            record.append(f"mask ({mask.get('init') or 'rand'}) may select up to {selectable} elements, but source "
+                          f"has {math.prod(source['shape'])} for {c.op}; give it init: zeros or its real values")
+        return
+    if "init" in mask:
+        return
     values = mask.pop(VALUES, None)
     if values is not None and "preset" not in mask:
         mask["init"] = "data"

@@ -121,7 +121,20 @@ def index_into(index: dict | None, target: dict | None, dim) -> None:
         randint(index, 0, size)
 
 
+GENERATED = ("randint", "rand", "randn", "uniform", "zeros", "ones", "arange")  # inits whose values casedb draws
+
+
+def generated(spec: dict | None) -> bool:
+    """Whether a stored spec's values are drawn by casedb (not the model's own data or file)."""
+    return spec is not None and (spec.get("init") or "randint") in GENERATED
+
+
 def nonzero_int(spec: dict | None) -> None:
+    record = RECORD.get()
+    if record is not None:
+        if spec is not None and is_integer(spec):
+            record.append((spec, "nonzero"))
+        return
     if spec is not None and "init" not in spec and is_integer(spec):
         spec.pop(VALUES, None)
         spec["init"] = "randint"

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import torch
 
 from casedb import names
-from casedb.cases import dispatcher
+from casedb.cases import dispatcher, no_compute
 
 
 class UnknownOpError(LookupError):
@@ -60,10 +60,7 @@ RANDOM_NAMES = frozenset("""
     _scaled_dot_product_cudnn_attention _scaled_dot_product_fused_attention_overrideable
     _flash_attention_forward _efficient_attention_forward lstm gru rnn_tanh rnn_relu
 """.split())
-UNINITIALIZED_NAMES = frozenset("""
-    empty empty_like empty_strided new_empty new_empty_strided empty_permuted empty_quantized
-    _empty_affine_quantized _empty_per_channel_affine_quantized
-""".split())
+UNINITIALIZED_NAMES = no_compute.UNINITIALIZED
 # Arguments that switch randomness off when false/zero (all present ones must be truthy).
 _GATES = ("training", "train", "dropout_p", "dropout")
 _INPLACE_DUNDERS = frozenset("""__setitem__ __iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__

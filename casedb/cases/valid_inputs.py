@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import math
 
+from casedb import names
 from casedb.cases import dtypes
 from casedb.cases import index_rules, size_rules, value_rules  # noqa: F401 (imported for their @rule registrations)
 from casedb.cases.input_rules import RECORD, VALUES, Call, is_integer, rule_for
@@ -50,6 +51,48 @@ def apply(case: dict) -> dict:
     case = copy.deepcopy(case)
     fn(Call(case))
     return case
+
+
+def apply_raw(case):
+    """:func:`apply` to a case record as a file gave it (any op spelling, possibly malformed):
+    unchanged when no rule applies or the rule cannot read it (normalizing reports what is wrong)."""
+    if not isinstance(case, dict) or not isinstance(case.get("op"), str):
+        return case
+    try:
+        op = names.op_path(case["op"])
+        if rule_for(op) is None:
+            return case
+        work = copy.deepcopy({**case, "op": op})
+        for spec in _specs(work):
+            _chosen(spec)
+        fn = rule_for(op)
+        fn(Call(work))
+        return {**case, "inputs": work.get("inputs"), **({"attrs": work["attrs"]} if "attrs" in case else {})}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return case
+
+
+def _specs(case: dict):
+    for item in list(case.get("inputs") or []) + list((case.get("attrs") or {}).values()):
+        if isinstance(item, dict):
+            for spec in [item.get("tensor")] + list(item.get("tensor_list") or []):
+                if isinstance(spec, dict):
+                    yield spec
+
+
+def _chosen(spec: dict) -> None:
+    """A spec that gives its init's arguments or data without naming the init (an exported default
+    ``randint`` with its bounds) has chosen its values: name the init so no rule replaces them."""
+    if "init" in spec or not (spec.get("init_args") or "data" in spec):
+        return
+    if "data" in spec:
+        spec["init"] = "data"
+        return
+    try:  # the default init normalizing gives (casedb.cases.input_specs)
+        kind = dtypes.canonical(spec["dtype"]) if "dtype" in spec else "float32"
+    except dtypes.UnknownDtype:
+        return
+    spec["init"] = "randint" if kind in dtypes.INTEGER else "rand" if kind == "bool" else "randn"
 
 
 def strip_values(case: dict) -> dict:
@@ -88,7 +131,8 @@ def problems(case: dict) -> list[str]:
         RECORD.reset(token)
     negative_ok = getattr(fn, "negative_indices", False) or "index_fill" in case["op"]
     out = [entry for entry in record if isinstance(entry, str)]  # whole-call messages (size_rules)
-    for spec, low, high, indexed in (entry for entry in record if not isinstance(entry, str)):
+    out += _zero_divisors(work, [entry[0] for entry in record if len(entry) == 2])
+    for spec, low, high, indexed in (entry for entry in record if len(entry) == 4):
         try:
             if spec is None or not is_integer(spec):
                 continue
@@ -109,6 +153,17 @@ def problems(case: dict) -> list[str]:
             where = f"for {case['op']}"
         out.append(f"{what} must lie in [{valid_lo}, {high}): {where}; "
                    f"give it init_args {{low: {max(low, 0)}, high: {high}}}")
+    return out
+
+
+def _zero_divisors(case: dict, specs: list) -> list[str]:
+    """Integer divisors whose drawn values can be 0 (integer division by zero raises)."""
+    out = []
+    for spec in specs:
+        values = _value_range(spec)
+        if values is not None and values[0] <= 0 <= values[1]:
+            out.append(f"{_path(case, spec)} ({_describe_init(spec)}) is an integer divisor of {case['op']} "
+                       f"and can be 0; give it init_args {{low: 1, high: 10}}")
     return out
 
 

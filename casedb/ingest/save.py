@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 import importers
+from casedb.cases import no_compute, valid_inputs
 from casedb.cases import spec as casespec
 from casedb.ingest import check
 from casedb.errors import InputError
@@ -165,15 +166,18 @@ class _FileReader:
         if kind == "model":
             self._model(rec)
         elif kind == "skipped":
-            if self.strict:
-                raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
-                                 "(drop --strict to skip such records)", where=rec.get("where", str(self.path)))
-            self.report.skipped += 1
-            self.report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
+            self._skip(rec)
         elif kind == "case":
             self._case(rec)
         else:
             raise InputError(f"parser produced a record of unknown type {kind!r}", where=str(self.path))
+
+    def _skip(self, rec: dict, nothing_to_judge: bool = False) -> None:
+        if self.strict and not nothing_to_judge:
+            raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
+                             "(drop --strict to skip such records)", where=rec.get("where", str(self.path)))
+        self.report.skipped += 1
+        self.report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
 
     def _model(self, rec: dict) -> None:
         path = str(self.path)
@@ -189,8 +193,15 @@ class _FileReader:
         self.report.records += 1
         name = self._case_model(rec)
         where = rec.get("where") or str(self.path)
-        norm = casespec.normalize_case(rec["case"], self.defaults, where=where, base_dir=self.base_dir,
-                                       **self.case_options)
+        # Every front end makes the same valid inputs: the scanner's rules (an index within its
+        # dim, grouped_mm's offsets, a non-zero divisor) for every tensor the file left unset.
+        norm = casespec.normalize_case(valid_inputs.apply_raw(rec["case"]), self.defaults, where=where,
+                                       base_dir=self.base_dir, **self.case_options)
+        idle = no_compute.reason(norm.op, norm.inputs, norm.attrs)
+        if idle:
+            self.report.records -= 1
+            self._skip({"where": where, "op": norm.op, "reason": idle}, nothing_to_judge=True)
+            return
         if "their_key" in rec:
             from importers.model_ops_v2 import TheirDedupe
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
+from casedb.read import latency
 from casedb.store import history
 
 DEFAULT_ERROR_FACTOR = 10.0
@@ -79,6 +80,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
     report["error_factor"] = error_factor
     report["trend"] = _trend(db, summary, run_id, trend)
+    report["latency"] = latency.section(db, run_id, compare)
     return report
 
 
@@ -265,6 +267,7 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
 
     for part in (_pass_rate_tables, _comparison_tables, _failure_tables, _blocking_tables, _proof_and_time_tables):
         part(table, report)
+    latency.tables(table, report.get("latency"))
     return out
 
 

@@ -60,7 +60,7 @@ JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias",
              "errors", "ref_errors",
              "not_exercised", "crashed", "timeouts", "skipped", "xfailed", "xpassed", "occurrences", "cases",
              "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "triage_implicit", "vacuous",
-             "reference_faults",
+             "reference_faults", "latency",
              "lowering", "stages", "planned", "duration_s",
              "time", "session", "models", "error")
 
@@ -172,6 +172,9 @@ def summary_notes(summary: dict) -> list[str]:
         notes.append(f"{summary['reference_faults']} case(s) where the CPU reference's NaN/inf are wrong and the "
                      f"target's agree with the upcast reference: judged against that one (their reason says where; "
                      f"casedb report --run {summary['run_id']})")
+    if (lat := summary.get("latency")) and lat.get("measured"):
+        notes.append(f"measured {lat['measured']} passed case(s) against {lat['baseline']}: geometric mean speedup "
+                     f"{lat['speedup']}x, measuring took {lat['cost_s']} s (casedb report --run {summary['run_id']})")
     notes.append(triage_files_note(summary))
     t = summary.get("triage") or {}
     if any(t.get(k) for k in ("new", "regression", "known")):

@@ -153,6 +153,18 @@ class RunSpec:
         "The target's architecture, for triage entries scoped to one (e.g. sm_90, spyre-v1); default: the "
         "device's (CUDA: sm_<major><minor>), else none.", cli=("--arch",), pytest="--casedb-arch", target=True,
         metavar="ARCH"))
+    measure: bool = opt(False, Flag(
+        "Also time every passed case on the target and on the baseline (torch.utils.benchmark: warmed up, "
+        "compile excluded, the device synchronized), with its FLOPs and bytes; stored with the result "
+        "(casedb.run.measure; casedb report shows speedups, rooflines and latency changes).",
+        cli=("--measure",), pytest="--casedb-measure", target=True))
+    measure_baseline: str = opt("eager", Flag(
+        "What --measure compares the target with: eager (on the target device; default), cpu (eager on the "
+        "CPU) or a dynamo backend's name (on the target device).",
+        cli=("--measure-baseline",), pytest="--casedb-measure-baseline", target=True, metavar="NAME"))
+    measure_budget: float = opt(2.0, Flag(
+        "Seconds --measure may spend timing one case (half for the target, half for the baseline).",
+        cli=("--measure-budget",), pytest="--casedb-measure-budget", target=True, metavar="S"))
     # ------------------------------------------------------------------ how
     jobs: int = opt(1, Flag("Worker processes (pytest-xdist); 0: in this process, no isolation.",
                             cli=("-j", "--jobs"), builtin="-n", what=False))
@@ -234,6 +246,8 @@ class RunSpec:
                               "each worker is a process holding torch; give fewer")
         if self.limit is not None and self.limit < 1:
             raise CasedbError("--limit must be at least 1")
+        if not 0.01 <= self.measure_budget <= 600:  # NaN fails both comparisons
+            raise CasedbError(f"--measure-budget takes seconds from 0.01 to 600, not {self.measure_budget!r}")
         if self.max_numel is not None and self.max_numel < 1:
             raise CasedbError(f"--max-numel must be at least 1, not {self.max_numel}")
         if self.threads is not None and self.threads < 1:

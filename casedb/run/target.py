@@ -44,6 +44,9 @@ class Target:
     values: str = "random"
     replace_device: bool = True
     arch: str | None = None
+    measure: bool = False
+    measure_baseline: str = "eager"
+    measure_budget: float = 2.0
     threads: int | None = None
 
     @classmethod
@@ -288,6 +291,12 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
         judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
     payload = _executed_payload(ex, verdicts, judgements)
     payload["result"]["input_values"] = target.values  # the variants of one case stay apart
+    if target.measure and payload["outcome"] == "passed" and target.values == "random":
+        from casedb.run.measure import measure_case
+
+        payload["result"]["metrics"]["latency"] = measure_case(
+            case, device=str(target.device), backend=target.backend, baseline=target.measure_baseline,
+            load_blob=load_blob, budget=target.measure_budget, replace_device=target.replace_device)
     return payload
 
 

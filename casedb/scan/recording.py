@@ -19,7 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from casedb.cases import dtypes, size_rules, valid_inputs
+from casedb.cases import dtypes, no_compute, size_rules, valid_inputs
 from casedb.scan import pooling
 from casedb.scan.recipes import display_path
 
@@ -39,12 +39,6 @@ class _Unrepresentable(Exception):
 _NAMES: dict[int, str] | None = None
 _NO_OP_CONVERSIONS = {"to", "type", "type_as", "contiguous", "float", "half", "bfloat16", "double",
                       "int", "long", "bool", "short", "char", "byte", "cpu", "cuda"}
-_ALLOCATIONS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor.new_empty",
-                "torch.Tensor.new_empty_strided", "torch.ops.aten.empty.memory_format",
-                "torch.ops.aten.empty_like.default", "torch.ops.aten.empty_strided.default",
-                "torch.ops.aten.new_empty.default", "torch.ops.aten.new_empty_strided.default"}
-_ALIASES = {"torch.Tensor.detach", "torch.ops.aten.detach.default", "torch.ops.aten.alias.default",
-            "torch.ops.aten.lift_fresh.default"}
 _INDEX_OPS = {"torch.getitem", "torch.setitem"}
 _PYTHON_DTYPES = {bool: "torch.bool", int: "torch.int64", float: "torch.float32"}
 
@@ -182,9 +176,10 @@ class Recorder:
         self._records[key]["count"] += 1
 
     def _drop_reason(self, op: str, args, out) -> str | None:
-        if op in _ALLOCATIONS:
+        name = no_compute.base_name(op)  # the one rule every front end drops by (casedb.cases.no_compute)
+        if name in no_compute.UNINITIALIZED:
             return "uninitialized allocation"
-        if op in _ALIASES:
+        if name in no_compute.ALIASES:
             return "alias"
         if op.startswith("torch.Tensor._") and not op.startswith("torch.Tensor.__"):
             return "torch internal"

@@ -21,6 +21,7 @@ from typing import Any
 from casedb import __version__, causes, outcomes
 from casedb.errors import InputError, NotFound
 from casedb.serial import dumps, loads, now
+from casedb.store import latency
 from casedb.store.database import connect as _connect_store
 
 RESULT_COLUMNS = ("outcome", "reason", "compare_mode", "max_abs_err", "max_rel_err", "mismatch_count",
@@ -250,6 +251,7 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     # results where the CPU reference's NaN/inf are wrong and the target's agree with the upcast reference
     out["reference_faults"] = conn.execute("""SELECT count(*) FROM results WHERE run_id = ?
                                               AND json_extract(metrics, '$.ref_faults') > 0""", [run_id]).fetchone()[0]
+    out["latency"] = latency.totals(conn, run_id)  # casedb run --measure
     out["vacuous"] = conn.execute("SELECT count(*) FROM results WHERE run_id = ? AND vacuous IS NOT NULL",
                                   [run_id]).fetchone()[0]
     out["lowering"] = dict(conn.execute("""SELECT lowering, count(*) FROM results WHERE run_id = ? AND lowering IS NOT NULL
