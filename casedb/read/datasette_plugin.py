@@ -96,7 +96,9 @@ def prepare_connection(conn, database, datasette):
         pass
     conn.create_function("casedb_latest_run", 0, lambda: latest, deterministic=True)
     conn.create_function("casedb_mutant_run", 1, history.mutant_run, deterministic=True)
-    # a failure's cause, as the run summary and `casedb report` group them (casedb.causes)
+    # a failure's cause, as the run summary and `casedb report` group them (casedb.causes); it reads
+    # at most causes.MAX_INPUT_CHARS of a message, so a call is quick and the query time limit,
+    # checked between calls, holds
     conn.create_function("casedb_cause", 6, causes.cause, deterministic=True)
 
 

@@ -51,12 +51,19 @@ def torch_version() -> str | None:
 
 # ---------------------------------------------------------------------------------------- runs
 
+# The id a new run gets: after every run there is and every run deleted (ids are never reused;
+# migration m152 keeps the highest deleted one).
+NEXT_RUN_ID = ("(SELECT max(ifnull((SELECT max(id) FROM runs), 0), ifnull((SELECT max(id) FROM run_id_high_water), 0))"
+               " + 1)")
+
+
 def start_run(conn: sqlite3.Connection, *, selection: dict, args: list[str], device: str | None,
               backend: str) -> int:
     """Insert a `running` runs row; returns its id."""
     cur = conn.execute(
-        """INSERT INTO runs (uid, started_at, status, device, backend, torch_version, casedb_version, host, args, selection)
-           VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
+        f"""INSERT INTO runs (id, uid, started_at, status, device, backend, torch_version, casedb_version, host, args,
+                              selection)
+           VALUES ({NEXT_RUN_ID}, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
         [uuid.uuid4().hex, now(), device, backend, torch_version(), __version__, socket.gethostname(),
          dumps(list(args)), dumps(selection)])
     return cur.lastrowid
@@ -124,9 +131,9 @@ def set_run(conn: sqlite3.Connection, run_id: int, **columns) -> None:
 
 
 def insert_run(conn: sqlite3.Connection, values: dict) -> int:
-    """Insert a whole runs row (a copy from another database); returns its id."""
-    cols = list(values)
-    return conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+    """Insert a whole runs row (a copy from another database) under a new id; returns the id."""
+    cols = [c for c in values if c != "id"]
+    return conn.execute(f"INSERT INTO runs (id, {', '.join(cols)}) VALUES ({NEXT_RUN_ID}, {', '.join('?' * len(cols))})",
                         [values[c] for c in cols]).lastrowid
 
 
