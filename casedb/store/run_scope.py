@@ -25,7 +25,8 @@ NOT_MUTANT_RUN = f"(label IS NULL OR label NOT GLOB '{MUTANT_LABEL}*')"
 # ... and not a partial rerun (its summary's rerun_of, set when it was summarized; a running run
 # has no summary yet and counts): the runs report and the dashboard lead with
 FULL_RUN = f"{NOT_MUTANT_RUN} AND (CASE WHEN json_valid(summary) THEN json_extract(summary, '$.rerun_of') END) IS NULL"
-LATEST_FULL_RUN = f"SELECT max(id) FROM runs WHERE {FULL_RUN}"
+# newest first, stopping at the first: only the summaries of the newest runs are read
+LATEST_FULL_RUN = f"SELECT (SELECT id FROM runs WHERE {FULL_RUN} ORDER BY id DESC LIMIT 1)"
 CANDIDATES = 20  # earlier runs looked at for the one a run re-ran part of
 
 
