@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 
 MAX_CHARS = 160
+# What is read of a message or reason: its first 64 KiB. The line that says what went wrong comes
+# early; read whole, a 16 MB message of short lines took 5 s and a GB per call (the Datasette
+# function casedb_cause ran past the server's query time limit, which is checked between calls).
+MAX_INPUT_CHARS = 64 << 10
 # Order matters: addresses and paths before numbers, so their digits do not become N first.
 _VARYING = (
     (re.compile(r"0x[0-9a-fA-F]+"), "0x…"),
@@ -27,7 +31,8 @@ _ADDRESS = re.compile(r" (object )?at 0x[0-9a-f]+")
 
 def first_error_line(error_type: str | None, message: str | None, reason: str | None) -> str:
     """The line of an error that says what went wrong (a triage entry's reason, a report's table row)."""
-    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
+    message, reason = (message or "")[:MAX_INPUT_CHARS], (reason or "")[:MAX_INPUT_CHARS]
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     if len(lines) > 1 and lines[0].endswith(" raised:"):
         line = lines[1]  # dynamo's "backend='inductor' raised:" says nothing; the next line does
     else:
@@ -36,7 +41,7 @@ def first_error_line(error_type: str | None, message: str | None, reason: str | 
         short = (error_type or "").rsplit(".", 1)[-1]
         line = f"{short}: {lines[0]}" if short and not lines[0].startswith(short) else lines[0]
     if line is None:
-        line = next((ln.strip() for ln in (reason or "").split(" | ") if ln.strip()), "") or "failed"
+        line = next((ln.strip() for ln in reason.split(" | ") if ln.strip()), "") or "failed"
     line = _ADDRESS.sub("", line)
     return line if len(line) <= 160 else line[:157] + "..."
 

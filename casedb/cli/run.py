@@ -238,4 +238,13 @@ def merge_cmd(
                       markup=False, highlight=False)
     if report.get("run_id") is not None:
         console.print(f"combined into run {report['run_id']}", highlight=False)
+    for part in report["sources"]:
+        for c in part.get("conflicting", []):
+            err_console.print(f"conflict: {c['case'] or c['signature'][:16]}: {c['outcomes'][0]} in an earlier shard, "
+                              f"{c['outcomes'][1]} in {c['source']}; kept {c['kept']}", markup=False, highlight=False,
+                              soft_wrap=True)
+    if report["conflicts"]:
+        err_console.print(f"{report['conflicts']} conflict(s): the same case or occurrence recorded otherwise by "
+                          "another source (the worse outcome kept; a case named with another signature: the "
+                          "target's kept)", markup=False, highlight=False, soft_wrap=True)
 

@@ -45,9 +45,12 @@ def _cols(cols: Iterable[str]) -> str:
 
 
 def latest_run_id(db) -> int:
-    """Id of the newest run that is not a `casedb mutants` run (the newest mutant run where there
-    are only those); a CasedbError that says how to record one when there is none."""
-    run_id = db.execute(f"SELECT max(id) FROM runs WHERE {history.NOT_MUTANT_RUN}").fetchone()[0]
+    """Id of the newest full run: not a `casedb mutants` run, nor a partial rerun of an earlier
+    run (pytest --lf; casedb.store.run_scope); the newest run where there are only those; a
+    CasedbError that says how to record one when there is none."""
+    from casedb.store import run_scope
+
+    run_id = db.execute(run_scope.LATEST_FULL_RUN).fetchone()[0]
     run_id = run_id if run_id is not None else db.execute("SELECT max(id) FROM runs").fetchone()[0]
     if run_id is None:
         raise CasedbError("no runs recorded in this database yet; record one with "

@@ -11,7 +11,9 @@ The file may come from anywhere, so nothing in it is taken on its word:
 * every reference must point at a row (``PRAGMA foreign_key_check``), every JSON column must hold
   what casedb writes there, every timestamp must be ISO 8601 with a zone, a combined run's
   ``merged_from`` must be a list of runs;
-* what is read is bounded: a text value at most MAX_TEXT_BYTES, a blob at most MAX_BLOB_BYTES.
+* what is read is bounded: a text value at most MAX_TEXT_BYTES, a blob at most MAX_BLOB_BYTES;
+* an occurrence's ``count`` (and a run's planned counts) is at most ``bounds.MAX_COUNT``, as an
+  import allows: sums of counts must not overflow SQLite's integers in the views.
 
 Any of these refuses the whole merge (:class:`UnusableDatabase`, exit 2; the target is not
 touched), naming the rows: a file holding a forged row is not a shard to take part of.
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from casedb.cases import dtypes
+from casedb.cases.bounds import MAX_COUNT
 from casedb.store import schema_check
 from casedb.cases import marks as marks_mod
 from casedb.store.schema_check import UnusableDatabase
@@ -51,8 +54,9 @@ ROW_RULES = (
                     " AND (skip_if IS NULL OR json_valid(skip_if)) AND (xfail IS NULL OR json_valid(xfail))"
                     " AND (expects_error IS NULL OR json_valid(expects_error))"
                     f" AND {_TOL.format('rtol')} AND {_TOL.format('atol')}"
-                    " AND typeof(count) IN ('integer', 'null') AND typeof(position) IN ('integer', 'null')",
-     "a model, signature and name, marks as a JSON list, JSON conditions, tolerances >= 0"),
+                    f" AND (count IS NULL OR (typeof(count) = 'integer' AND count BETWEEN 1 AND {MAX_COUNT}))"
+                    " AND typeof(position) IN ('integer', 'null')",
+     f"a model, signature and name, marks as a JSON list, JSON conditions, tolerances >= 0, count 1 to {MAX_COUNT:,}"),
     ("runs", f"(selection IS NULL OR {_JSON_OBJECT.format('selection')}) AND (args IS NULL OR json_valid(args))"
              " AND typeof(uid) IN ('text', 'null')",
      "its selection as a JSON object, args as JSON"),
@@ -244,8 +248,8 @@ def run_problems(run_id, uid, started_at, finished_at, selection) -> list[str]:
         out.append(f"run {run_id}: merged_from is not a list of runs, each with its uid")
     if not isinstance(options, dict) or not isinstance(options.get("triage") or [], list):
         out.append(f"run {run_id}: its options are not a JSON object (with triage a list of files)")
-    if not isinstance(planned, dict) or not all(isinstance(v, int) for v in planned.values()):
-        out.append(f"run {run_id}: planned is not a JSON object of counts")
+    if not isinstance(planned, dict) or not all(isinstance(v, int) and 0 <= v <= MAX_COUNT for v in planned.values()):
+        out.append(f"run {run_id}: planned is not a JSON object of counts (0 to {MAX_COUNT:,})")
     return out
 
 

@@ -269,3 +269,14 @@ def m141_repro_run(db):
     # The repro command the views show names its run (`casedb repro ... --run N`), so the script
     # takes that run's imports, judge and tolerances.
     _create_views(db)
+
+
+@migrations()
+def m152_run_ids_never_reused(db):
+    # A deleted run's id is never given again (a report, a triage comment or a CI log that names
+    # run 7 must not come to mean another run): the highest id deleted is kept here, by a trigger,
+    # and casedb.store.history gives a new run the id after both it and every id in runs.
+    db.execute("CREATE TABLE run_id_high_water (id INTEGER NOT NULL)")
+    db.execute("INSERT INTO run_id_high_water (id) SELECT ifnull(max(id), 0) FROM runs")
+    db.execute("CREATE TRIGGER runs_deleted_high_water AFTER DELETE ON runs BEGIN "
+               "UPDATE run_id_high_water SET id = old.id WHERE id < old.id; END")
