@@ -157,14 +157,14 @@ class RunSpec:
         "Also time every passed case on the target and on the baseline (torch.utils.benchmark: warmed up, "
         "compile excluded, the device synchronized), with its FLOPs and bytes; stored with the result "
         "(casedb.run.measure; casedb report shows speedups, rooflines and latency changes).",
-        cli=("--measure",), pytest="--casedb-measure", target=True))
+        cli=("--measure",), pytest="--casedb-measure", target=True, what=False))
     measure_baseline: str = opt("eager", Flag(
         "What --measure compares the target with: eager (on the target device; default), cpu (eager on the "
         "CPU) or a dynamo backend's name (on the target device).",
-        cli=("--measure-baseline",), pytest="--casedb-measure-baseline", target=True, metavar="NAME"))
+        cli=("--measure-baseline",), pytest="--casedb-measure-baseline", target=True, what=False, metavar="NAME"))
     measure_budget: float = opt(2.0, Flag(
         "Seconds --measure may spend timing one case (half for the target, half for the baseline).",
-        cli=("--measure-budget",), pytest="--casedb-measure-budget", target=True, metavar="S"))
+        cli=("--measure-budget",), pytest="--casedb-measure-budget", target=True, what=False, metavar="S"))
     # ------------------------------------------------------------------ how
     jobs: int = opt(1, Flag("Worker processes (pytest-xdist); 0: in this process, no isolation.",
                             cli=("-j", "--jobs"), builtin="-n", what=False))
