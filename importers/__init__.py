@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from importers.files import read_head
+from casedb.files import read_head
 
 # name -> module; each module may define sniff(path, head: str) -> bool
 FORMATS = {

@@ -448,7 +448,7 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options)
     """Yield casedb records for the operator calls in a Kineto trace (see module docstring).
 
     level: "top" keeps the outermost operator of each nest, "leaf" the innermost ones.
-    max_bytes: cap on the (decompressed) file size, default ``importers.files.MAX_INPUT_BYTES``.
+    max_bytes: cap on the (decompressed) file size, default ``casedb.files.MAX_INPUT_BYTES``.
     Identical calls are aggregated into one record whose ``count`` is the number of calls and
     whose ``where`` is the first of them (``<path>:event <index in traceEvents>``).
     """

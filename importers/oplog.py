@@ -222,7 +222,7 @@ def parse(path, *, symbols: dict[str, int] | None = None, max_bytes: int | None 
     """Yield casedb records for an operator_inp_logs file (one per ``cnt`` line).
 
     symbols: values for symbolic sizes (``{"s0": 128}``) of dynamic-shape logs.
-    max_bytes: cap on the file size, default ``importers.files.MAX_INPUT_BYTES``.
+    max_bytes: cap on the file size, default ``casedb.files.MAX_INPUT_BYTES``.
     """
     path = str(path)
     fix = "each call is 'cnt: <n>, ((<args>), {<kwargs>})' under an 'Operator: <ns>.<op>.<overload>' line"

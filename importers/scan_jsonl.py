@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from importers import files
+from casedb import files
 
 FORMAT_VERSION = 1
 HEADER_KEYS = ("model", "level", "phase")

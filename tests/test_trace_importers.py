@@ -415,7 +415,7 @@ def test_format_detection():
 
 
 def test_gzip_is_known_by_its_bytes_not_its_name(tmp_path):
-    """One reader (importers.files) for sniffing and parsing: a gzip trace saved without .gz,
+    """One reader (casedb.files) for sniffing and parsing: a gzip trace saved without .gz,
     and a plain one saved with it, both detect and import."""
     shutil.copy(LLAMA_ET, tmp_path / "et_trace.json")
     (tmp_path / "kineto_trace.json.gz").write_bytes(LLAMA_K.read_bytes())

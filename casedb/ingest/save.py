@@ -104,7 +104,7 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
     """Parse and normalize every file; returns (models, occurrences, reports). No DB access.
 
     allow_outside: read ``file:`` inputs outside the manifest's folder too. max_bytes: cap on
-    each file read (decompressed), default ``importers.files.MAX_INPUT_BYTES``."""
+    each file read (decompressed), default ``casedb.files.MAX_INPUT_BYTES``."""
     models: dict[str, ModelInfo] = {}
     occurrences: dict[tuple[str, str], Occurrence] = {}
     named_at: dict[tuple[str, str], str] = {}

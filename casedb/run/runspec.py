@@ -21,15 +21,14 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from casedb.errors import CasedbError
+from casedb.outcomes import MAX_TIMEOUT
 from casedb.judge import numerics
 
 SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
 # Bounds on how a run runs: each worker is a process holding torch (a few hundred MB), so far more
-# workers than CPUs only thrash (100000 hung the machine); a timeout beyond a week is a typo (and
-# pytest-timeout cannot arm 1e30 s).
+# workers than CPUs only thrash (100000 hung the machine); the timeout's: outcomes.MAX_TIMEOUT.
 JOBS_PER_CPU = 4
-MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
 def max_jobs() -> int:
