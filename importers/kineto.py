@@ -65,7 +65,9 @@ def sniff(path, head: bytes | str) -> bool:
     data = head_bytes(path, head)
     if not data and str(path).endswith(".gz"):
         return str(path).endswith(".pt.trace.json.gz")
-    return bool(_KINETO_HEAD.search(data[:_SNIFF_BYTES]) or _LEGACY_HEAD.match(data[:4096]))
+    # (a "traceEvents" key in another spelling still reads as one: its parse error names the format)
+    return bool(_KINETO_HEAD.search(data[:_SNIFF_BYTES]) or _LEGACY_HEAD.match(data[:4096])
+                or b'"traceEvents"' in data[:_SNIFF_BYTES])
 
 
 # ----------------------------------------------------------------------------- conversion

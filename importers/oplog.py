@@ -82,8 +82,8 @@ class _Symbolic(Exception):
 def sniff(path, head: bytes | str) -> bool:
     """True if the file is an operator_inp_logs text file (first line ``Operator: ...``)."""
     if isinstance(head, str):
-        return head.lstrip().startswith("Operator: ")
-    return head.lstrip().startswith(b"Operator: ")
+        return head.lstrip().startswith("Operator:")
+    return head.lstrip().startswith(b"Operator:")
 
 
 # ----------------------------------------------------------------------------- reading

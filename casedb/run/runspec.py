@@ -22,7 +22,7 @@ from typing import Any
 
 from casedb.errors import CasedbError
 from casedb.outcomes import MAX_TIMEOUT
-from casedb.judge import numerics
+from casedb.judge import judges, numerics
 
 SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
@@ -137,8 +137,8 @@ class RunSpec:
         "Run the target twice; require identical bits.",
         cli=("--check-determinism",), pytest="--casedb-check-determinism", target=True))
     judge: str = opt(numerics.DEFAULT_JUDGE, Flag(
-        "How a result is judged: tolerance (rtol/atol per output dtype), ulp (error against a high-precision "
-        "CPU reference, in ULPs, relative to the CPU reference's own) or both (default; see casedb.judge.numerics).",
+        "How a result is judged: " + "; ".join(f"{j.name} ({j.about})" for j in judges.JUDGES.values())
+        + f". Default {numerics.DEFAULT_JUDGE} (casedb.judge.judges, casedb.judge.numerics).",
         cli=("--judge",), pytest="--casedb-judge", target=True, choices=numerics.JUDGES))
     values: str = opt("random", Flag(
         "The inputs' values: random (the case's own, default) or extremal (the ranges of casedb.cases.value_ranges: "
