@@ -1,13 +1,14 @@
 """The judges ``--judge`` chooses from: one row each. The verdict (casedb.judge.verdict), the run
 (which references it computes: casedb.run.target) and the repro script (this module is copied
-into it) read a judge's row, never its name. A new judge is one row (docs/extending.md)."""
+into it) read a judge's row, never its name. A new judge is one row (docs/extending.md).
+
+Every command imports this table (the run's options list the judges), so it imports no torch:
+a decision gets its comparisons (casedb.judge.compare.Comparison) and builds one of their type."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
-
-from casedb.judge.compare import Comparison
 
 IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
 
@@ -23,21 +24,21 @@ class Judge:
     decide: Callable
 
 
-def _by_values(values: Comparison, ulp: Comparison | None) -> Comparison:
+def _by_values(values, ulp):
     return values
 
 
-def _by_ulp(values: Comparison, ulp: Comparison | None) -> Comparison:
+def _by_ulp(values, ulp):
     return values if ulp is None else ulp
 
 
-def _by_both(values: Comparison, ulp: Comparison | None) -> Comparison:
+def _by_both(values, ulp):
     """The first that fails decides; a pass says what both found (ULPs only where measured)."""
     if ulp is None or ulp.ulp_err is None or not values.passed:
         return values
     if not ulp.passed:
         return ulp
-    return Comparison(passed=True, reason=f"{values.reason}; {ulp.reason}", mode="both",
+    return type(values)(passed=True, reason=f"{values.reason}; {ulp.reason}", mode="both",
                       comparable=values.comparable, opaque=values.opaque,
                       ref_faults=max(values.ref_faults, ulp.ref_faults))
 
