@@ -97,6 +97,7 @@ def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path,
     assert cli(*RUN, *FAULTY).exit_code == 0
 
 
+@pytest.mark.slow
 def test_the_pytest_front_end_says_which_triage_files_it_loaded(pytester, cli, tmp_path, db_path, monkeypatch):
     (tmp_path / "tiny.yaml").write_text(TINY)
     assert cli("import", tmp_path / "tiny.yaml").exit_code == 0
