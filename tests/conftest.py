@@ -7,7 +7,9 @@ import pytest
 import torch  # noqa: F401
 from typer.testing import CliRunner
 
-from tests.helpers import DATA, import_manifests
+# (rows, sha256_of, write_sql: importable from here too for tests written before tests/helpers.py;
+# new tests import them from tests.helpers)
+from tests.helpers import DATA, import_manifests, rows, sha256_of, write_sql  # noqa: F401
 
 
 @pytest.fixture
