@@ -27,6 +27,7 @@ from casedb.judge import judges, numerics
 from casedb.judge.numerics import DEFAULT_JUDGE
 from casedb.run.plan import Occurrence
 from casedb.run.runspec import RunSpec, default_backend
+from casedb.store import result_columns
 from casedb import triage as triage_mod
 
 
@@ -245,9 +246,7 @@ def _triaged(triage, entry, outcome: str, reason: str, stage: str | None,
     return out, why, t
 
 
-_RESULT_FROM_VERDICT = ("max_abs_err", "max_rel_err", "mismatch_count", "error_type", "error_message", "traceback",
-                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous",
-                        "bias_mean", "bias_toward", "bias_count")
+_RESULT_FROM_VERDICT = result_columns.FROM_VERDICT  # the rest of a result row: _executed_payload, execute_item
 
 
 def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> dict:
