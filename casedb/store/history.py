@@ -22,7 +22,9 @@ from casedb import __version__, causes, outcomes
 from casedb.errors import InputError, NotFound
 from casedb.serial import dumps, loads, now
 from casedb.store.database import connect as _connect_store
-from casedb.store.result_columns import RESULT_COLUMNS
+
+from casedb.store.result_columns import RESULT_COLUMNS  # the columns of `results`, listed once there
+
 JUDGEMENT_COLUMNS = ("run_id", "result_id", "model_case_id", "model", "signature", "outcome", "reason", "rtol",
                      "atol", "stage", "triage", "triage_where", "created_at")
 
