@@ -38,7 +38,7 @@ import pytest
 from casedb.cases import marks as marks_mod
 from casedb.errors import CasedbError
 from casedb.outcomes import UNEXPECTED
-from casedb.run.console import clean
+from casedb.console import clean
 from casedb.run.controller import Controller
 from casedb.run.runspec import field_default, negative, spec_fields
 from casedb.run.session import (MARK_GIVEN, NO_EXPR, Cases, item_param, listing_only, spec_dest,

@@ -68,6 +68,7 @@ def count(svg, css):
     return len(svg.find_elements(By.CSS_SELECTOR, css))
 
 
+@pytest.mark.slow
 def test_pass_rate_chart_renders(served, browser):
     browser.get(served.url + "/-/dashboards/casedb")
     svg = chart(browser, "pass-rate-over-runs")
@@ -84,6 +85,7 @@ def test_pass_rate_chart_renders(served, browser):
     assert (ARTIFACTS / "pass-rate-chart.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_pass_rate_chart_of_one_model(served, browser):
     browser.get(served.url + "/-/dashboards/casedb?model=model_b")
     svg = chart(browser, "pass-rate-over-runs")
@@ -94,6 +96,7 @@ def test_pass_rate_chart_of_one_model(served, browser):
     assert count(chart(browser, "failures-by-op"), ".mark-rect.role-mark path") == 0
 
 
+@pytest.mark.slow
 def test_pass_rate_view_links_to_the_chart(served, browser):
     browser.get(served.url + "/casedb/model_pass_rates")
     link = browser.find_element(By.LINK_TEXT, "Chart: pass rate over runs")

@@ -34,6 +34,7 @@ def zeros_run(cli):
     return result
 
 
+@pytest.mark.slow
 def test_run_json_and_report_list_failures_by_cause(cli, zeros_run):
     import json
 
@@ -47,6 +48,7 @@ def test_run_json_and_report_list_failures_by_cause(cli, zeros_run):
         (g["op"], g["cause"], g["count"]) for g in failures]
 
 
+@pytest.mark.slow
 def test_run_summary_names_the_causes_and_points_at_the_report(cli):
     assert cli("import", DATA / "small.yaml").exit_code == 0
     result = cli("run", *ZEROS)

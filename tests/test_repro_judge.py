@@ -49,6 +49,7 @@ def run_and_repro(cli, project, backend: str) -> tuple[int, subprocess.Completed
     return done.exit_code, ran, script.read_text()
 
 
+@pytest.mark.slow
 def test_a_case_failing_only_by_ulps_fails_its_repro_and_the_fixed_backend_passes(cli, project):
     run_rc, ran, text = run_and_repro(cli, project, "casedb_ulp_off")
     assert run_rc == 1  # every element is 16 ULPs off: within rtol/atol, outside the ULP judge
@@ -71,6 +72,7 @@ def test_a_case_failing_only_by_ulps_fails_its_repro_and_the_fixed_backend_passe
     assert str(project) not in text
 
 
+@pytest.mark.slow
 def test_the_shown_repro_command_names_the_run(cli, project):
     run_rc, _, _ = run_and_repro(cli, project, "casedb_ulp_off")
     report = cli.json("report")
@@ -110,6 +112,7 @@ cases:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sort_ids", "sum_rows", "mean_rows", "softmax_f32"])
 def test_what_a_gpu_computes_differently_passes_in_the_run_and_in_its_repro(cli, tmp_path, monkeypatch, name):
     # the repro carries casedb.judge.ties and .accumulation: it judges as the run did

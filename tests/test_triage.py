@@ -12,7 +12,7 @@ from casedb.judge import numerics
 from casedb import triage
 from casedb.errors import InputError
 from tests import runs_data
-from tests.conftest import DATA, sha256_of
+from tests.helpers import DATA, sha256_of
 
 TRIAGE = DATA / "triage"
 CPU = {"device": "cpu", "backend": "inductor", "arch": None}

@@ -72,6 +72,7 @@ def test_update_json_with_output_to_stdout_is_one_object_holding_the_text(cli, r
     assert json.loads(res.stdout) == {**prop.to_dict(), "written": str(path)} and path.read_text() == prop.text
 
 
+@pytest.mark.slow
 def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path, monkeypatch):
     (tmp_path / "tiny.yaml").write_text(TINY)
     assert cli("import", tmp_path / "tiny.yaml").exit_code == 0
@@ -97,6 +98,7 @@ def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path,
     assert cli(*RUN, *FAULTY).exit_code == 0
 
 
+@pytest.mark.slow
 def test_the_pytest_front_end_says_which_triage_files_it_loaded(pytester, cli, tmp_path, db_path, monkeypatch):
     (tmp_path / "tiny.yaml").write_text(TINY)
     assert cli("import", tmp_path / "tiny.yaml").exit_code == 0

@@ -122,7 +122,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
     """Validate one case mapping and return its normalized form (raises InputError).
 
     ``file:`` inputs are read from below `base_dir` only, unless `allow_outside`; `max_bytes`
-    caps each such file (default ``importers.files.MAX_INPUT_BYTES``). `safe_ops`: the ops
+    caps each such file (default ``casedb.files.MAX_INPUT_BYTES``). `safe_ops`: the ops
     this import found safe already (not checked again; an op that passes is added)."""
     where = _where(source, case, where)
     if not isinstance(case, dict):

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+import importers
 from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, open_db, stdout
 from casedb.errors import CasedbError
 from casedb.read import tables
@@ -20,7 +21,7 @@ from casedb.read.tables import Format
 @app.command("import")
 def import_cmd(
     paths: List[Path] = typer.Argument(..., help="Manifests, scan JSONL or traces; folders are expanded."),
-    format: Optional[str] = typer.Option(None, "--format", "-f", help="Force a format: yaml, scan, kineto, et, oplog."),
+    format: Optional[str] = typer.Option(None, "--format", "-f", help=importers.help_text()),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (required for traces; overrides the file's)."),
     level: Optional[str] = typer.Option(None, "--level", help="Trace nesting: top (default, what the model called) or leaf."),
     sym: Optional[List[str]] = typer.Option(None, "--sym", help="Value of a symbolic size in an operator log, e.g. s0=128 (repeatable)."),

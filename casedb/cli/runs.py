@@ -10,7 +10,7 @@ import typer
 from casedb.cli.common import app, console, emit_json, err_console, fail, open_db
 from casedb.errors import CasedbError
 from casedb.read.tables import Format
-from casedb.run.console import clean
+from casedb.console import clean
 
 runs_app = typer.Typer(help="Recorded runs: list them, label them, delete them.", invoke_without_command=True)
 app.add_typer(runs_app, name="runs")

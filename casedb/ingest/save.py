@@ -7,7 +7,6 @@ transaction, so a bad file leaves the database byte-identical.
 from __future__ import annotations
 
 import gc
-import inspect
 import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -105,7 +104,7 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
     """Parse and normalize every file; returns (models, occurrences, reports). No DB access.
 
     allow_outside: read ``file:`` inputs outside the manifest's folder too. max_bytes: cap on
-    each file read (decompressed), default ``importers.files.MAX_INPUT_BYTES``."""
+    each file read (decompressed), default ``casedb.files.MAX_INPUT_BYTES``."""
     models: dict[str, ModelInfo] = {}
     occurrences: dict[tuple[str, str], Occurrence] = {}
     named_at: dict[tuple[str, str], str] = {}
@@ -131,16 +130,16 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
 
 
 def _parser(path: Path, format: str | None, model: str | None, options: dict):
-    """(format, a call that parses the file) for one file: its importer given the options it takes."""
+    """(format, a call that parses the file) for one file: its importer given the options its
+    registry row (importers.REGISTRY) says it takes; an option no format takes is refused."""
     try:
         fmt = format or importers.detect(path)
         mod = importers.module(fmt)
+        kwargs = importers.parse_options(fmt, options)
     except importers.UnknownFormat as e:
         raise InputError(str(e), where=str(path)) from None
     if fmt in importers.NEEDS_MODEL and not model:
         raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
-    accepted = inspect.signature(mod.parse).parameters
-    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
     return fmt, lambda: mod.parse(path, **kwargs)
 
 

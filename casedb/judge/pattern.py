@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 # share of the differing elements a pattern must explain to be named
 _SHARE = 0.95
 

@@ -421,7 +421,7 @@ def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
     from rich.text import Text
 
     from casedb.read import tables
-    from casedb.run.console import text
+    from casedb.console import text
 
     plain = tables.resolve(None, console) is not tables.Format.table
     # Text, never markup: names and messages print as written (control characters escaped);

@@ -51,6 +51,38 @@ def _inline_module(module, together: tuple = ()) -> str:
     return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
 
 
+def carried_modules() -> list[tuple]:
+    """(module, the casedb modules it imports) for every judge module a repro script carries (its
+    ``IN_REPRO``), each after those it imports."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import casedb.judge
+
+    found = {}
+    for info in sorted(pkgutil.iter_modules(casedb.judge.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"casedb.judge.{info.name}")
+        if not isinstance(getattr(module, "IN_REPRO", None), bool):
+            raise CasedbError(f"{module.__name__} does not say whether repro scripts carry it: give it "
+                              "IN_REPRO = True or False (docs/extending.md)")
+        if module.IN_REPRO:
+            tree = ast.parse(inspect.getsource(module))
+            found[module.__name__] = (module, tuple(sorted({
+                n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("casedb.")})))
+    ordered: dict = {}
+
+    def visit(name: str) -> None:
+        if name not in ordered and name in found:
+            for dep in found[name][1]:
+                visit(dep)
+            ordered[name] = found[name]
+
+    for name in found:
+        visit(name)
+    return list(ordered.values())
+
+
 def _check_names(code: str) -> None:
     """Copied code defines each top-level name once (two casedb modules must not collide)."""
     import ast
@@ -278,17 +310,14 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
 def _fill(data: dict, prepared) -> str:
     """The template with casedb's own code and the case's data."""
     from casedb.cases import blobs, generators, ops, presets
-    from casedb.judge import accumulation, bias, compare, nonfinite, numerics, pattern, ties, ulp
+    from casedb.judge import numerics
     from casedb.run import execute
 
     used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
     data.update(generators={init: fn.__name__ for init, fn in generators.GENERATORS.items()},
                 presets={p: presets.PRESETS[p].fn.__name__ for p in used_presets},
                 ulp=[numerics.ULP_K, numerics.ULP_FLOOR], hi_bytes=numerics.HI_REFERENCE_BYTES)
-    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(nonfinite, together=(ulp.__name__,))
-               + _inline_module(compare, together=(ulp.__name__, nonfinite.__name__))
-               + _inline_module(bias, together=(ulp.__name__,)) + _inline_module(pattern)
-               + _inline_module(accumulation) + _inline_module(ties)
+    helpers = (_inline_module(blobs) + "".join(_inline_module(m, together=d) for m, d in carried_modules())
                + "# ---- functions of casedb.cases.generators, ops, execute, presets, judge.numerics\n"
                + _copy_with_dependencies([*generators.GENERATORS.values(), ops._setitem, execute._to_cpu,
                                           numerics.high_precision, *(presets.PRESETS[p].fn for p in used_presets)]))

@@ -21,15 +21,14 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from casedb.errors import CasedbError
-from casedb.judge import numerics
+from casedb.outcomes import MAX_TIMEOUT
+from casedb.judge import judges, numerics
 
 SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
 # Bounds on how a run runs: each worker is a process holding torch (a few hundred MB), so far more
-# workers than CPUs only thrash (100000 hung the machine); a timeout beyond a week is a typo (and
-# pytest-timeout cannot arm 1e30 s).
+# workers than CPUs only thrash (100000 hung the machine); the timeout's: outcomes.MAX_TIMEOUT.
 JOBS_PER_CPU = 4
-MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
 def max_jobs() -> int:
@@ -138,8 +137,8 @@ class RunSpec:
         "Run the target twice; require identical bits.",
         cli=("--check-determinism",), pytest="--casedb-check-determinism", target=True))
     judge: str = opt(numerics.DEFAULT_JUDGE, Flag(
-        "How a result is judged: tolerance (rtol/atol per output dtype), ulp (error against a high-precision "
-        "CPU reference, in ULPs, relative to the CPU reference's own) or both (default; see casedb.judge.numerics).",
+        "How a result is judged: " + "; ".join(f"{j.name} ({j.about})" for j in judges.JUDGES.values())
+        + f". Default {numerics.DEFAULT_JUDGE} (casedb.judge.judges, casedb.judge.numerics).",
         cli=("--judge",), pytest="--casedb-judge", target=True, choices=numerics.JUDGES))
     values: str = opt("random", Flag(
         "The inputs' values: random (the case's own, default) or extremal (the ranges of casedb.cases.value_ranges: "

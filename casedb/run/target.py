@@ -23,10 +23,11 @@ from casedb import outcomes
 from casedb.cases import dtypes, valid_inputs
 from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
-from casedb.judge import numerics
+from casedb.judge import judges, numerics
 from casedb.judge.numerics import DEFAULT_JUDGE
 from casedb.run.plan import Occurrence
 from casedb.run.runspec import RunSpec, default_backend
+from casedb.store import result_columns
 from casedb import triage as triage_mod
 
 
@@ -248,9 +249,7 @@ def _triaged(triage, entry, outcome: str, reason: str, stage: str | None,
     return out, why, t
 
 
-_RESULT_FROM_VERDICT = ("max_abs_err", "max_rel_err", "mismatch_count", "error_type", "error_message", "traceback",
-                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous",
-                        "bias_mean", "bias_toward", "bias_count")
+_RESULT_FROM_VERDICT = result_columns.FROM_VERDICT  # the rest of a result row: _executed_payload, execute_item
 
 
 def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> dict:
@@ -278,7 +277,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
                 "judgements": judgements + [_judgement(occ, "skipped", reason) for occ, _, _ in active]}
     ex = execute.run_case(case, device=target.device, backend=target.backend, load_blob=load_blob,
                           reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
-                          replace_device=target.replace_device, high_precision="needed" if target.judge != "tolerance" else False)
+                          replace_device=target.replace_device, high_precision="needed" if judges.JUDGES[target.judge].by_ulp else False)
     policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
     found = ex.dtypes() or [item.dtype]
     verdicts = []

@@ -25,10 +25,8 @@ from casedb.store import latency, run_scope
 from casedb.store.database import connect as _connect_store
 from casedb.store.run_scope import MUTANT_LABEL, NOT_MUTANT_RUN  # noqa: F401 (their home was here)
 
-RESULT_COLUMNS = ("outcome", "reason", "compare_mode", "max_abs_err", "max_rel_err", "mismatch_count",
-                  "nan_inf_mismatch", "t_ref", "t_compile", "t_exec", "error_type", "error_message", "traceback",
-                  "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous", "exercised", "lowering",
-                  "bias_mean", "bias_toward", "bias_count", "input_values")
+from casedb.store.result_columns import RESULT_COLUMNS  # the columns of `results`, listed once there
+
 JUDGEMENT_COLUMNS = ("run_id", "result_id", "model_case_id", "model", "signature", "outcome", "reason", "rtol",
                      "atol", "stage", "triage", "triage_where", "created_at")
 
