@@ -29,7 +29,7 @@ import re
 import zlib
 from typing import Any, Iterable, Iterator, TextIO
 
-from .files import read_bytes
+from casedb.files import read_bytes
 from .trace_values import TraceFormatError, contiguous, value_input
 
 __all__ = ["parse", "write", "sniff", "DTYPE_CODES"]
