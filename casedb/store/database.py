@@ -22,7 +22,7 @@ from casedb.cases.spec import Normalized
 from casedb.errors import NotFound
 from casedb.names import model_key, model_mark
 from casedb.store.migrations import migrations
-from casedb.serial import dumps, loads, now
+from casedb.serial import dumps, dumps_values, loads, now
 
 DEFAULT_DB = Path("data") / "casedb.sqlite"
 SHIPPED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -218,7 +218,7 @@ class Store:
                 continue
             seen.add(c.signature)
             blobs.update(c.blobs)
-            rows.append((c.signature, c.op, dumps(c.inputs), dumps(c.attrs), c.dtype, c.seed,
+            rows.append((c.signature, c.op, dumps_values(c.inputs), dumps_values(c.attrs), c.dtype, c.seed,
                          dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), stamp))
         self._insert_rows("INSERT OR IGNORE INTO blobs (sha256, data, size) VALUES ",
                           [(k, v, len(v)) for k, v in blobs.items()])

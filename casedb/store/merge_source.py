@@ -30,7 +30,7 @@ from casedb.cases import dtypes
 from casedb.store import schema_check
 from casedb.cases import marks as marks_mod
 from casedb.store.schema_check import UnusableDatabase
-from casedb.serial import dumps
+from casedb.serial import dumps, dumps_values
 
 MAX_TEXT_BYTES = 16 << 20
 MAX_BLOB_BYTES = 1_000_000_000  # SQLite's own limit on one value
@@ -41,7 +41,8 @@ MIN_MIGRATIONS = 3
 
 _JSON_OBJECT = "(CASE WHEN json_valid({0}) THEN json_type({0}) END) = 'object'"
 _JSON_ARRAY = "(CASE WHEN json_valid({0}) THEN json_type({0}) END) = 'array'"
-_TOL = "({0} IS NULL OR (typeof({0}) IN ('integer', 'real') AND {0} >= 0))"
+# finite: an infinite tolerance passes every result (SQLite holds no NaN: it reads back NULL)
+_TOL = "({0} IS NULL OR (typeof({0}) IN ('integer', 'real') AND {0} >= 0 AND {0} <= 1.7976931348623157e308))"
 # (table, condition every row must meet, what it means)
 ROW_RULES = (
     ("models", f"typeof(name) = 'text' AND name != '' AND (defaults IS NULL OR {_JSON_OBJECT.format('defaults')})",
@@ -52,7 +53,7 @@ ROW_RULES = (
                     " AND (expects_error IS NULL OR json_valid(expects_error))"
                     f" AND {_TOL.format('rtol')} AND {_TOL.format('atol')}"
                     " AND typeof(count) IN ('integer', 'null') AND typeof(position) IN ('integer', 'null')",
-     "a model, signature and name, marks as a JSON list, JSON conditions, tolerances >= 0"),
+     "a model, signature and name, marks as a JSON list, JSON conditions, finite tolerances >= 0"),
     ("runs", f"(selection IS NULL OR {_JSON_OBJECT.format('selection')}) AND (args IS NULL OR json_valid(args))"
              " AND typeof(uid) IN ('text', 'null')",
      "its selection as a JSON object, args as JSON"),
@@ -168,7 +169,7 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
             raise ValueError("its signature is not the sha256 of its op, inputs, attrs and seed")
         blobs = _check_inputs(inputs, attrs)
         computes = casespec.computed_dtype(inputs, attrs, dtypes.canonical(dtype))
-        return {"signature": signature, "op": op, "inputs": dumps(inputs), "attrs": dumps(attrs), "seed": seed,
+        return {"signature": signature, "op": op, "inputs": dumps_values(inputs), "attrs": dumps_values(attrs), "seed": seed,
                 "dtype": computes, "marks": dumps(marks_mod.derive(inputs, attrs)),
                 "shapes": shape_summary(inputs, attrs), "blobs": blobs}
     except ValueError:
