@@ -225,13 +225,13 @@ def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
     from casedb.run.runspec import RunSpec
     from casedb.run.target import check_import, import_module
 
+    rtol, atol = (None if given[k] is None else _tolerance(given[k], f"--{k}") for k in ("rtol", "atol"))
     ctx = repro_run.run_context(store.db, run, case["signature"], occ) if run is not None else {}
     # only this command line's --import: a database can come from anywhere, and casedb never
     # imports a module because a database names it (as `casedb run --resume`)
     imports = [check_import(m) for m in given["imports"]]
     for mod in imports:
         import_module(mod)  # so custom ops resolve while the script is written
-    rtol, atol = (None if v is None else _tolerance(v, k) for k, v in (("--rtol", given["rtol"]), ("--atol", given["atol"])))
     portable = [repro_run.portable_import(m) for m in imports]
     t = {"device": given["device"] or ctx.get("device"), "backend": given["backend"] or ctx.get("backend")
          or RunSpec().backend, "imports": portable,

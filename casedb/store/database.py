@@ -52,8 +52,8 @@ class _Connection(sqlite3.Connection):
         if "locked" not in str(e):
             return e
         return DatabaseLocked(f"{self.db_file}: the database is locked: another process (a casedb run, import or "
-                              f"merge, or a program holding it open) kept writing it for the {BUSY_TIMEOUT_S:g} s casedb "
-                              "waits; let it finish (or stop it) and try again")
+                              "merge, or a program holding it open) kept writing it for the "
+                              f"{BUSY_TIMEOUT_S:g} s casedb waits; let it finish (or stop it) and try again")
 
     def execute(self, *args):
         try:
@@ -106,7 +106,8 @@ def connect(path: str | os.PathLike) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_Connection)
     except sqlite3.Error as e:
-        raise CasedbError(f"database {path}: cannot open it ({e}); give --db a file in a folder you can write") from None
+        raise CasedbError(f"database {path}: cannot open it ({e}); give --db a file in a folder you can "
+                          "write") from None
     conn.db_file = str(path)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")

@@ -53,7 +53,7 @@ ROW_RULES = (
                     " AND (expects_error IS NULL OR json_valid(expects_error))"
                     f" AND {_TOL.format('rtol')} AND {_TOL.format('atol')}"
                     " AND typeof(count) IN ('integer', 'null') AND typeof(position) IN ('integer', 'null')",
-     "a model, signature and name, marks as a JSON list, JSON conditions, finite tolerances >= 0"),
+     "a model, signature and name, marks as a JSON list, JSON conditions, tolerances >= 0"),
     ("runs", f"(selection IS NULL OR {_JSON_OBJECT.format('selection')}) AND (args IS NULL OR json_valid(args))"
              " AND typeof(uid) IN ('text', 'null')",
      "its selection as a JSON object, args as JSON"),
@@ -169,7 +169,8 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
             raise ValueError("its signature is not the sha256 of its op, inputs, attrs and seed")
         blobs = _check_inputs(inputs, attrs)
         computes = casespec.computed_dtype(inputs, attrs, dtypes.canonical(dtype))
-        return {"signature": signature, "op": op, "inputs": dumps_values(inputs), "attrs": dumps_values(attrs), "seed": seed,
+        return {"signature": signature, "op": op, "inputs": dumps_values(inputs), "attrs": dumps_values(attrs),
+                "seed": seed,
                 "dtype": computes, "marks": dumps(marks_mod.derive(inputs, attrs)),
                 "shapes": shape_summary(inputs, attrs), "blobs": blobs}
     except ValueError:

@@ -174,7 +174,8 @@ def test_merge_refuses_a_source_with_an_infinite_tolerance(cli, db_path, tmp_pat
     write_sql(src, "UPDATE model_cases SET rtol = 9e999")
     assert rows(src, "SELECT rtol FROM model_cases") == [{"rtol": math.inf}]
     res = cli("merge", src)
-    assert res.exit_code == 2 and "finite tolerances" in flat(res.stderr), res.output
+    msg = flat(res.stderr)
+    assert res.exit_code == 2 and "model_cases row 1" in msg and "tolerances" in msg, res.output
 
 
 # ------------------------------------------------------------------- 8 and 12: counts and seeds
