@@ -167,6 +167,19 @@ def test_no_nan_or_infinity_is_written_as_json():
     assert dumps_values([{"value": -math.inf}]) == '[{"value":-Infinity}]'
 
 
+def test_a_database_already_holding_an_infinite_tolerance_is_not_run(cli, db_path, tmp_path):
+    """Stored by an older casedb (or by hand): the run stops before any case, naming it, instead of
+    passing every result and writing Infinity into the results' JSON."""
+    assert cli("import", manifest(tmp_path / "m.yaml", [add_case("a")])).exit_code == 0
+    write_sql(db_path, "UPDATE model_cases SET rtol = 9e999")
+    res = cli("run", "--model", "m", *ZEROS)
+    assert res.exit_code == 2, res.output
+    assert "case m::a: rtol must be a finite number >= 0, got inf" in flat(res.output)
+    assert "INTERNALERROR" not in res.output
+    assert rows(db_path, "SELECT count(*) AS n FROM results") == [{"n": 0}]
+    assert cli("report").exit_code == 0
+
+
 def test_merge_refuses_a_source_with_an_infinite_tolerance(cli, db_path, tmp_path):
     src = tmp_path / "shard.db"
     assert cli("import", manifest(tmp_path / "m.yaml", [add_case("a")]), db=src).exit_code == 0
