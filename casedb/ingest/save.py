@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 import importers
-from casedb.cases import bounds, spec as casespec
+from casedb.cases import spec as casespec
 from casedb.ingest import check
 from casedb.errors import InputError
 from casedb.names import model_key
@@ -235,6 +235,8 @@ class _FileReader:
 
 def _count(rec: dict, where: str, case: str | None, what: str = "'count'") -> int:
     """The calls a record stands for (the case's own `count`, else the importer's), bounded."""
+    from casedb.cases import bounds
+
     count = rec["case"]["count"] if isinstance(rec.get("case"), dict) and rec["case"].get("count") else rec.get("count")
     try:
         if isinstance(count, float):  # an importer's tally

@@ -121,6 +121,9 @@ class Source:
                      for p in run_problems(*run)], "runs that are not what casedb records")
         self.refuse([p for name, defaults in self.conn.execute("SELECT name, defaults FROM models")
                      for p in defaults_problems(name, defaults)], "models whose defaults casedb would not import")
+        self.refuse([p for model, name, marks in self.conn.execute("SELECT model, name, marks FROM model_cases")
+                     for p in marks_problems(model, name, marks)][:SHOWN + 1],
+                    "occurrences with marks casedb would not import")
         problems, bad, referenced = [], 0, set()
         for row in self.conn.execute("SELECT signature, op, inputs, attrs, seed, dtype FROM cases"):
             try:
@@ -249,6 +252,18 @@ def run_problems(run_id, uid, started_at, finished_at, selection) -> list[str]:
     if not isinstance(planned, dict) or not all(isinstance(v, int) for v in planned.values()):
         out.append(f"run {run_id}: planned is not a JSON object of counts")
     return out
+
+
+def marks_problems(model: str, name: str, marks: str | None) -> list[str]:
+    """What is wrong with an occurrence's own marks: one named like pytest's markers (skip, xfail...)
+    or a model mark would hide its failures in the pytest front end."""
+    from casedb.cases.expectations import marks_of
+
+    try:
+        marks_of(json.loads(marks) if marks else None)
+    except (ValueError, RecursionError) as e:
+        return [f"{model}::{name}: {e}"]
+    return []
 
 
 def defaults_problems(name: str, defaults: str | None) -> list[str]:

@@ -143,6 +143,17 @@ def test_a_stored_skip_mark_never_skips_a_failing_case(cli, db_path, tmp_path, m
     assert "1 deselected" in other.stdout and "INTERNALERROR" not in other.stdout + other.stderr, other.stdout
 
 
+def test_merge_refuses_a_source_whose_occurrence_has_a_pytest_marker_mark(cli, db_path, tmp_path):
+    src = tmp_path / "shard.db"
+    assert cli("import", manifest(tmp_path / "m.yaml", [add_case("a")]), db=src).exit_code == 0
+    assert cli("run", "--model", "m", *CPU_EAGER, db=src).exit_code == 0
+    write_sql(src, """UPDATE model_cases SET marks = '["xfail"]'""")
+    res = cli("merge", src)
+    msg = flat(res.stderr)
+    assert res.exit_code == 2 and "m::a: mark 'xfail' is a pytest marker" in msg and "Nothing was merged" in msg, msg
+    assert not db_path.exists() or rows(db_path, "SELECT count(*) AS n FROM model_cases") == [{"n": 0}]
+
+
 # ---------------------------------------------------------------- 7: non-finite tolerances
 
 @pytest.mark.parametrize("where", ["case", "default"])
