@@ -204,7 +204,7 @@ cases:
     report = json.loads(cli("report", "--run", 1, "--json").stdout)
     assert report["reference_faults"] == [{"op": "torch.ops.casedb_test.gelu_inf_fault", "inputs": "bf16[4]",
                                            "dtype": "bfloat16", "outcome": "passed", "elements": 1, "models": "faults"}]
-    assert cli("repro", "faults::gelu", "--run", 1, "-o", "repro.py").exit_code == 0
+    assert cli("repro", "faults::gelu", "--run", 1, "--import", "custom_ops.py", "-o", "repro.py").exit_code == 0
     ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          check=False)
     assert ran.returncode == 0, ran.stdout + ran.stderr

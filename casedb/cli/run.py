@@ -188,25 +188,30 @@ def repro_cmd(
     name: str = typer.Argument(..., help="Signature prefix, case name, or model::name."),
     device: Optional[str] = typer.Option(None, "--device", help="Target device written into the script (default: cuda when available, else cpu)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="Dynamo backend, or eager (default: env TEST_COMPILE_BACKEND, else inductor)."),
-    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) the script imports first (repeatable)."),
+    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) imported here and by the "
+                                                "script first (repeatable); with --run, the run's are only named."),
     rtol: Optional[float] = typer.Option(None, "--rtol", help="Tolerance (default: the case's)."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Tolerance (default: the case's)."),
     no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in the case."),
     model: Optional[str] = typer.Option(None, "--model", help="Use this model's tolerances (when models share the case)."),
     run: Optional[int] = typer.Option(None, "--run", help="Reproduce the case as this run ran and judged it: its target, "
-                                      "--import modules, judge, values and tolerances (options given here win)."),
+                                      "judge, values and tolerances (options given here win; its --import modules "
+                                      "are named, never imported: give them with --import)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
 ):
     """Print a standalone Python script (torch only) that reproduces one case."""
     from casedb.read import repro
 
+    notes: list[str] = []
     try:
         with open_db() as store:
             script = repro.script(store, name, device=device, backend=backend, imports=list(imports or []),
                                   rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model,
-                                  run=run)
+                                  run=run, notes=notes)
     except CasedbError as e:
         fail(e)
+    for note in notes:
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if output:
         output.write_text(script, encoding="utf-8")
         err_console.print(f"wrote {output}: run it with python {output}", markup=False, highlight=False)

@@ -206,9 +206,7 @@ class _FileReader:
 
             self.their = self.their or TheirDedupe()
             self.their.add(rec["their_key"], norm.signature)
-        count = int(rec.get("count") or 1)
-        if isinstance(rec["case"], dict) and rec["case"].get("count"):
-            count = rec["case"]["count"]
+        count = _count(rec, where, norm.name)
         if norm.name is None:
             case_name = _auto_name(norm.op, norm.signature)
             if not norm.description:
@@ -222,7 +220,8 @@ class _FileReader:
             self.named_at[(name, case_name)] = where
         key = (name, case_name)
         if key in self.occurrences:
-            self.occurrences[key].count += count
+            self.occurrences[key].count = _count({"count": self.occurrences[key].count + count}, where, case_name,
+                                                 "the calls of this case summed over the file")
         else:
             self.occurrences[key] = Occurrence(model=name, case=norm, name=case_name, source=where,
                                                count=count, position=self.position)
@@ -242,6 +241,19 @@ class _FileReader:
             self.file_model = self.models.get(model_key(name)) or ModelInfo(name=name, source=str(self.path))
             _add_model(self.models, self.file_model)
         return self.file_model.name
+
+
+def _count(rec: dict, where: str, case: str | None, what: str = "'count'") -> int:
+    """The calls a record stands for (the case's own `count`, else the importer's), bounded."""
+    from casedb.cases import bounds
+
+    count = rec["case"]["count"] if isinstance(rec.get("case"), dict) and rec["case"].get("count") else rec.get("count")
+    try:
+        if isinstance(count, float):  # an importer's tally
+            count = int(count)
+        return bounds.check_count(count or 1, what)
+    except (ValueError, OverflowError) as e:
+        raise InputError(str(e), where=where, case=case) from None
 
 
 def _check_model_name(name, where: str) -> None:

@@ -95,9 +95,8 @@ def _import(name: str):
     if not is_path(name) and (local := _local_file(name)) is not None:
         name = str(local)
     if is_path(name):
+        _check_source_file(name)
         path = Path(name).resolve()
-        if not path.is_file():
-            raise TargetError(f"--import {name}: no such file")
         mod_name = "casedb_import_" + re.sub(r"\W", "_", path.stem)
         if mod_name in sys.modules:
             return sys.modules[mod_name]
@@ -113,12 +112,21 @@ def _import(name: str):
     return importlib.import_module(name)
 
 
+def _check_source_file(name: str) -> None:
+    """An --import given as a path names an existing Python source file (``.py``)."""
+    path = Path(name)
+    if not path.is_file():
+        raise TargetError(f"--import {name}: no such file" + (" (a folder: give its .py file, or the package by "
+                                                             "its module name)" if path.is_dir() else ""))
+    if path.suffix != ".py":
+        raise TargetError(f"--import {name}: not a Python source file; give a .py file or an importable module name")
+
+
 def check_import(name: str) -> str:
     """Fail early (without importing) when an --import names nothing; returns how to import it
     from anywhere (a file by its absolute path)."""
     if is_path(name):
-        if not Path(name).is_file():
-            raise TargetError(f"--import {name}: no such file")
+        _check_source_file(name)
         return str(Path(name).resolve())
     if _findable(name):
         return name
