@@ -55,10 +55,7 @@ def connect(path: str | os.PathLike) -> sqlite3.Connection:
 
 def shape_summary(inputs: list, attrs: dict) -> str:
     """`bf16[1, 11, 2880], bf16[2880]` — short, readable, used in listings and test ids."""
-    from casedb.cases import dtypes
-
-    def one(t):
-        return f"{dtypes.short(t['dtype'])}[{', '.join(map(str, t['shape']))}]"
+    from casedb.cases.layout import shape_text as one
 
     parts = []
     for spec in inputs:
