@@ -269,3 +269,17 @@ def m141_repro_run(db):
     # The repro command the views show names its run (`casedb repro ... --run N`), so the script
     # takes that run's imports, judge and tolerances.
     _create_views(db)
+
+
+@migrations()
+def m160_explanations(db):
+    # What `casedb explain` found for each failure cause of a run (the condition, its confirmation,
+    # the layer at fault, the smallest failing case; casedb.explain.report's JSON per cause), and the
+    # derived cases it stored: each one's parent and the change that made it (lineage).
+    db["explanations"].create(
+        {"run_id": int, "position": int, "cause": str, "body": str, "created_at": str},
+        pk=("run_id", "position"))  # (no foreign key: `casedb runs delete` needs no knowledge of it)
+    db["derived_cases"].create(
+        {"signature": str, "parent_signature": str, "transformation": str, "run_id": int, "cause": str,
+         "created_at": str},
+        pk="signature", foreign_keys=[("signature", "cases", "signature")])
