@@ -84,7 +84,8 @@ def _phrase(c: Condition) -> str:
         return f"input {c.key[9:]} is {c.value}"
     if c.key.startswith("dtype:in"):
         return f"input {c.key[8:]} is {c.value}"
-    return f"{c.key} is {c.value}"
+    words = {"dtype": "the dtype", "rank": "the output's rank", "op": "the op", "values": "the values"}
+    return f"{words.get(c.key, c.key)} is {c.value}"
 
 
 def candidates(fail: list[dict], ok: list[dict]) -> list[Condition]:

@@ -142,9 +142,25 @@ def _keep(db_path, run_id: int, groups: list[dict], out: dict) -> None:
             body["minimal"] = derived.store(db_path, run_id, g["cause"], g["parent"], small)
     conn = history.connect(db_path)
     try:
-        if out["causes"]:
-            stored.save(conn, run_id, out["causes"])
+        kept = _merged(stored.load(conn, run_id) or [], out["causes"])
+        if kept:
+            stored.save(conn, run_id, kept)
         else:
             stored.mark_explained(conn, run_id)
     finally:
         conn.close()
+
+
+def _merged(old: list[dict], new: list[dict]) -> list[dict]:
+    """The run's stored explanations with ``new`` in: a cause explained with variants replaces
+    its old entry; one explained without (--no-variants) only fills a cause not explained yet."""
+    out = list(old)
+    where = {e["cause"]: i for i, e in enumerate(out)}
+    for e in new:
+        i = where.get(e["cause"])
+        if i is None:
+            where[e["cause"]] = len(out)
+            out.append(e)
+        elif e["variants_run"] or not out[i].get("variants_run"):
+            out[i] = e
+    return out

@@ -48,7 +48,8 @@ def _text(found: dict) -> str:
     if ks:
         s = slope([(p["K"], p["max_abs_err"]) for p in ks])
         errs = ", ".join(f"K = {p['K']}: {_err(p)}" for p in ks)
-        parts.append(f"error against K: {errs}" + (f" (grows as K^{s:.1f})" if s is not None else ""))
+        trend = "" if s is None else " (flat)" if abs(s) < 0.1 else f" (grows as K^{s:.1f})"
+        parts.append(f"error against K: {errs}{trend}")
     ms = found["magnitude"]
     if ms:
         s = slope([(p["magnitude"], p["max_abs_err"]) for p in ms])

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
-from casedb.store import history
+from casedb.store import explanations, history
 
 DEFAULT_ERROR_FACTOR = 10.0
 DEFAULT_TREND = 5
@@ -79,6 +79,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
     report["error_factor"] = error_factor
     report["trend"] = _trend(db, summary, run_id, trend)
+    report["explanations"] = explanations.load(db, run_id)  # None: casedb explain never ran on it
     return report
 
 
@@ -325,6 +326,12 @@ def _failure_tables(table: Callable, report: dict) -> None:
                      r["repro"]])
     table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
           note="where the cases that did not pass went wrong")
+    if report.get("explanations") is not None:
+        table("Explained (casedb explain)", ["cause", "cases", "condition", "layer", "smallest failing case"],
+              report["explanations"],
+              lambda r: [r["cause"], _num(r["cases"]), (r.get("condition") or {}).get("text") or "none found",
+                         r.get("layer") or "", (r.get("minimal") or {}).get("repro") or ""],
+              empty="nothing to explain", note="which condition breaks the backend, per failure cause")
 
 
 def _blocking_tables(table: Callable, report: dict) -> None:

@@ -62,7 +62,7 @@ JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias",
              "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "triage_implicit", "vacuous",
              "reference_faults",
              "lowering", "stages", "planned", "duration_s",
-             "time", "session", "models", "error")
+             "time", "session", "models", "error", "explanations")
 
 
 def text(value, style: str | None = None):
@@ -202,6 +202,11 @@ def failure_notes(summary: dict, top: int = 5) -> list[str]:
         lines.append(f"  {g['count']:>4} × {g['op']}: {g['cause']}{example}")
     more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
     lines.append(f"  {more}details: casedb report --run {summary['run_id']}")
+    explained = summary.get("explanations")
+    if explained is None:
+        lines.append(f"  which condition breaks the backend: casedb explain --run {summary['run_id']}")
+    for e in explained or []:
+        lines.append(f"  explained: {e['cause']}: {(e.get('condition') or {}).get('text') or 'no condition found'}")
     return ["\n".join(lines)]
 
 

@@ -70,7 +70,11 @@ def group_entries(rows: list[dict], current: Triage, run, order: int) -> list[tu
             current = Triage(current.entries + [Entry(status="known_failure", where="(new)", selectors=scoped,
                                                       order=order)], [], current.unlisted)
             entry = {**scoped, "status": "known_failure", **_settings(why, members)}
-            out.append((entry, _note(members, run.run_id, len(chosen) > 1)))
+            note = _note(members, run.run_id, len(chosen) > 1)
+            found = getattr(run, "explained", {}).get(why)
+            if found:  # what casedb explain found for this cause
+                note = f"{note.rstrip('.') + '. ' if note else ''}casedb explain: {found}."
+            out.append((entry, note))
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from casedb import outcomes
 from casedb.causes import first_error_line
 from casedb.errors import InputError
+from casedb.store import explanations
 from casedb.judge.selectors import TARGET_KEYS, case_norms, literal
 from casedb.triage.editor import edit
 from casedb.triage.entries import ENTRY_KEYS, SETTING_KEYS, Entry, Triage
@@ -79,6 +80,7 @@ class _Run:
     every: list
     scoped: dict                                    # the target keys new entries are scoped to
     clashes: set                                    # (model, name) keys more than one case has
+    explained: dict = field(default_factory=dict)   # cause -> what casedb explain found (its condition)
     ran: dict = field(init=False)
     norms: list = field(init=False)
 
@@ -120,13 +122,14 @@ def propose(store, run_id: int, path, *, others=(), scope=DEFAULT_SCOPE, group: 
         target = run_target(db, run_id)
         rows = run_rows(db, run_id)
         every = occurrences(db)
+        explained = {e["cause"]: (e.get("condition") or {}).get("text") for e in explanations.load(db, run_id) or []}
     path = Path(path)
     files = ([path] if path.exists() else []) + [Path(p) for p in others if Path(p) != path]
     triage = load(files)
     mine = [e for e in triage.entries if Path(e.path) == path]
     # every value written is a literal selector: a name `*` selects that case, not every case
     scoped = {k: literal(target[k]) for k in scope if target.get(k)}
-    run = _Run(run_id, target, rows, every, scoped, name_clashes(every))
+    run = _Run(run_id, target, rows, every, scoped, name_clashes(every), explained)
     prop = Proposal(path=path, run_id=run_id, target=target, text="")
     drop, rewrite = _passing_known_failures(triage, mine, run, prop)
     current, new_entries = _new_failures(triage, drop, rewrite, run, prop, group=group)
