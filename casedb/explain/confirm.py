@@ -14,6 +14,17 @@ from casedb.explain.features import of_case as features_of
 POINTS = 7  # sizes tried per round of a bisection
 
 
+def first_confirmed(conds: list[Condition], examples: list[dict], cause: str):
+    """Confirm ``conds`` one after the other (simplest first) until one is confirmed; returns
+    {index: what its confirmation found} of those tried."""
+    found = {}
+    for j, cond in enumerate(conds):
+        found[j] = yield from chain(cond, examples, cause)
+        if found[j].get("confirmed"):
+            break
+    return found
+
+
 def chain(cond: Condition, examples: list[dict], cause: str):
     """The confirmation chain of ``cond`` over failing ``examples``; returns
     {"confirmed": bool, "by": text} (a threshold's also "threshold", "near")."""

@@ -5,6 +5,8 @@ with its lineage: the parent's signature and each change that made it (table ``d
 
 from __future__ import annotations
 
+import shlex
+
 from casedb.cases import spec as casespec
 from casedb.cases.layout import input_label
 from casedb.explain.dims import tensor_inputs
@@ -17,9 +19,11 @@ from casedb.store.database import ModelInfo, Occurrence, Store
 MODEL = "derived"
 
 
-def store(db_path, run_id: int, cause: str, parent: dict, found: dict) -> dict:
-    """Save ``found["case"]`` (derived from ``parent`` by ``found["steps"]``); returns the JSON of
-    the minimal case: signature, inputs, parent, transformation, elements, repro."""
+def store(db_path, run: dict, cause: str, parent: dict, found: dict) -> dict:
+    """Save ``found["case"]`` (derived from ``parent`` by ``found["steps"]``) of run ``run`` (its
+    runs row); returns the JSON of the minimal case: signature, inputs, parent, transformation,
+    elements, repro (the command reproducing it on the run's target)."""
+    run_id = run["id"]
     case = found["case"]
     norm = casespec.normalize_case(_manifest_case(case, 0), {}, where="casedb explain")
     name = f"min-{parent['signature'][:8]}-{norm.signature[:8]}"
@@ -35,4 +39,17 @@ def store(db_path, run_id: int, cause: str, parent: dict, found: dict) -> dict:
     return {"signature": norm.signature, "inputs": [input_label(t) for _, t in tensor_inputs(case)],
             "name": f"{MODEL}::{name}", "parent": parent["signature"], "transformation": found["steps"],
             "elements": elements(case), "parent_elements": elements(parent),
-            "repro": f"casedb repro {norm.signature[:12]} --run {run_id}"}
+            "repro": repro_command(norm.signature, run)}
+
+
+def repro_command(signature: str, run: dict) -> str:
+    """``casedb repro SIG --device D --backend B --import M``: the case on the run's target (the
+    run itself never ran a derived case, so ``--run`` cannot name it)."""
+    options = (run.get("selection") or {}).get("options") or {}
+    words = ["casedb", "repro", signature[:12]]
+    for flag, value in (("--device", run.get("device")), ("--backend", run.get("backend"))):
+        if value:
+            words += [flag, value]
+    for module in options.get("imports") or []:
+        words += ["--import", module]
+    return " ".join(shlex.quote(w) for w in words)

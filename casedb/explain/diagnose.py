@@ -59,7 +59,7 @@ def explain(db: str | os.PathLike | None = None, *, run_id: int | None = None, c
         rounds = Rounds(db_path, _variant_spec(run, imports, jobs, timeout), progress=progress)
         _experiment(rounds, groups, budget, run["backend"])
     out = report.assemble(run_id, groups, len(passing), rounds)
-    _keep(db_path, run_id, groups, out)
+    _keep(db_path, run, groups, out)
     return out
 
 
@@ -110,11 +110,11 @@ def _experiment(rounds: Rounds, groups: list[dict], budget: int, backend: str | 
         cases = sorted((_case(r) for r in g["rows"]), key=minimal.elements)
         examples = [cases[0], cases[-1]][:EXAMPLES] if len(cases) > 1 else cases
         key = g["key"]
-        for j, cond in enumerate(g["conditions"][:CONDITIONS]):
-            first.append(Task((ci, "confirm", j), confirm.chain(cond, examples, key)))
+        if g["conditions"]:
+            first.append(Task((ci, "confirm"), confirm.first_confirmed(g["conditions"][:CONDITIONS], examples, key)))
         if key == ANY:
             continue
-        later.append(Task((ci, "layer"), layer.chain(examples, backend)))
+        later.append(Task((ci, "layer"), layer.chain(examples[:1], backend)))
         later.append(Task((ci, "minimal"), minimal.chain(cases[-1], key)))
         if any(r["outcome"] == "failed" for r in g["rows"]):
             later.append(Task((ci, "growth"), growth.chain(cases[-1])))
@@ -132,14 +132,15 @@ def _case(r: dict) -> dict:
     return {k: r.get(k) for k in ("op", "inputs", "attrs", "dtype", "seed", "rtol", "atol", "signature")}
 
 
-def _keep(db_path, run_id: int, groups: list[dict], out: dict) -> None:
+def _keep(db_path, run: dict, groups: list[dict], out: dict) -> None:
     """Store the smallest failing cases as derived cases, then the explanations."""
     from casedb.explain import derived
 
+    run_id = run["id"]
     for g, body in zip(groups, out["causes"]):
         small = (g.get("found") or {}).get(("minimal",))
         if small:
-            body["minimal"] = derived.store(db_path, run_id, g["cause"], g["parent"], small)
+            body["minimal"] = derived.store(db_path, run, g["cause"], g["parent"], small)
     conn = history.connect(db_path)
     try:
         kept = _merged(stored.load(conn, run_id) or [], out["causes"])

@@ -35,13 +35,14 @@ def _cause(g: dict, passing: int) -> dict:
 def _chosen(g: dict, found: dict) -> tuple[Condition | None, dict | None]:
     """The first condition confirmed by experiment, else the simplest observed one."""
     conds = g.get("conditions") or []
+    tried = found.get(("confirm",)) or {}
     for j, c in enumerate(conds):
-        proof = found.get(("confirm", j))
+        proof = tried.get(j)
         if proof and proof.get("confirmed"):
             return _bisected(c, proof, g), proof
     if not conds:
         return None, None
-    return conds[0], found.get(("confirm", 0))
+    return conds[0], tried.get(0)
 
 
 def _bisected(c: Condition, proof: dict, g: dict) -> Condition:

@@ -45,7 +45,7 @@ def main_cause(out: dict) -> dict:
     ("explain_broadcast", "broadcast", lambda c: "broadcast" in c["text"]),
     ("explain_lastdim", "divisibility", lambda c: (c["dim"], c["multiple_of"]) == ("last", 16)),
 ])
-def test_a_size_independent_bug_is_named_confirmed_and_shrunk(cli, db_path, backend, feature, check):
+def test_a_size_independent_bug_is_named_confirmed_and_shrunk(cli, db_path, tmp_path, backend, feature, check):
     red_run(cli, backend)
     out = explained(cli)
     cause = main_cause(out)
@@ -65,8 +65,11 @@ def test_a_size_independent_bug_is_named_confirmed_and_shrunk(cli, db_path, back
                      "--no-shipped-triage", "--backend", backend, "--import", FAULTY)
     assert rerun["failed"] >= 1
     # the repro reproduces it: the script fails with the backend's wrong result
-    script = cli("repro", small["signature"][:12], "--run", str(out["run_id"])).stdout
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    words = small["repro"].split()
+    assert words[:3] == ["casedb", "repro", small["signature"][:12]] and "--backend" in words
+    script = tmp_path / "repro.py"
+    script.write_text(cli(*words[1:]).stdout)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "AssertionError" in done.stderr, done.stdout + done.stderr
 
 
