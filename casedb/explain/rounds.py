@@ -121,6 +121,7 @@ class Rounds:
         conn = history.connect(self.db_path)
         try:
             stored.drop_unused_cases(conn, signatures)
+            stored.drop_empty_model(conn, MODEL)
         finally:
             conn.close()
 

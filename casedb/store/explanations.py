@@ -113,3 +113,10 @@ def latest_run(conn: sqlite3.Connection) -> int | None:
     row = conn.execute("""SELECT max(id) FROM runs WHERE label IS NULL
                           OR (label NOT GLOB 'mutant:*' AND label NOT GLOB 'explain:*')""").fetchone()
     return row[0] if row else None
+
+
+def drop_empty_model(conn: sqlite3.Connection, name: str) -> None:
+    """Delete model ``name`` once nothing names it (the variants' model between rounds)."""
+    with conn:
+        conn.execute("""DELETE FROM models WHERE name = ? AND NOT EXISTS (SELECT 1 FROM model_cases WHERE model = ?)
+                        AND NOT EXISTS (SELECT 1 FROM judgements WHERE model = ?)""", [name] * 3)

@@ -65,3 +65,22 @@ def test_the_explanation_is_kept_and_shown(red, db_path, tmp_path):
     got = con.execute(sql, {"run": "", "cause": "1"}).fetchall()
     assert len(got) == 1 and "bfloat16" in got[0][5]
     assert yaml.safe_load(target.read_text())
+
+
+@pytest.mark.slow
+def test_run_explain_puts_it_in_the_summary_and_leaves_no_variant_behind(cli, db_path):
+    assert cli("import", DATA / "cases.yaml").exit_code == 0
+    before = rows(db_path, "SELECT name FROM models ORDER BY name")
+    res = cli("run", "--model", "explain-demo", "--op", "torch.mul", "--device", "cpu", "-j", "0", "--no-progress",
+              "--no-shipped-triage", "--backend", "explain_dtype", "--import", FAULTY, "--explain", "--json")
+    assert res.exit_code == 1
+    import json
+
+    summary = json.loads(res.stdout)
+    (cause,) = summary["explanations"]
+    assert cause["confirmed"] and "confirmed: float32 copies pass" in cause["condition"]["text"]
+    assert 0 < cause["variants_run"] <= 64
+    # the rounds of variants leave no run, case, occurrence or model behind: only the derived case
+    assert [r["id"] for r in rows(db_path, "SELECT id FROM runs")] == [summary["run_id"]]
+    assert rows(db_path, "SELECT name FROM models ORDER BY name") == [{"name": "derived"}, *before]
+    assert rows(db_path, "SELECT count(*) AS n FROM cases")[0]["n"] == 41
