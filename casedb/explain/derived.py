@@ -25,7 +25,9 @@ def store(db_path, run: dict, cause: str, parent: dict, found: dict) -> dict:
     elements, repro (the command reproducing it on the run's target)."""
     run_id = run["id"]
     case = found["case"]
-    norm = casespec.normalize_case(_manifest_case(case, 0), {}, where="casedb explain")
+    why = (f"smallest failing case of run {run_id} ({cause}), derived from {parent['signature'][:12]} by: "
+           + "; ".join(found["steps"]))
+    norm = casespec.normalize_case(_manifest_case({**case, "description": why}, 0), {}, where="casedb explain")
     name = f"min-{parent['signature'][:8]}-{norm.signature[:8]}"
     with Store(db_path) as s:
         s.save([ModelInfo(MODEL, source=SOURCE, description="the smallest failing cases casedb explain found; "

@@ -131,7 +131,7 @@ def _manifest_case(c: dict, n: int) -> dict:
     out = {"name": f"v{n}", "op": c["op"], "inputs": c["inputs"], "attrs": c.get("attrs") or {}, "dtype": c["dtype"]}
     if c.get("seed") is not None:
         out["seed"] = c["seed"]
-    for k in ("rtol", "atol"):
+    for k in ("rtol", "atol", "description"):
         if c.get(k) is not None:
             out[k] = c[k]
     return out
