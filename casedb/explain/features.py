@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from casedb.cases.dtypes import short as short_dtype
 from casedb.cases.layout import tensor_layout
 from casedb.cases.marks import iter_tensors
 from casedb.explain import dims as dims_mod
@@ -55,15 +54,3 @@ def _shape_broadcast(case: dict) -> bool:
     shapes = [list(t["shape"]) for _, t in dims_mod.tensor_inputs(case)]
     full = dims_mod.of_case(case).out_shape
     return any(s != full for s in shapes)
-
-
-def describe(case: dict) -> str:
-    """``add f32[4, 8] strided, f32[8]``: a case in one line (the inputs with their layout)."""
-    from casedb.cases.layout import input_label
-
-    parts = [input_label(t) for _, t in dims_mod.tensor_inputs(case)]
-    return f"{dims_mod.base_name(case['op'])} {', '.join(parts)}"
-
-
-def dtype_word(dtype: str) -> str:
-    return short_dtype(dtype)

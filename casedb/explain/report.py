@@ -56,7 +56,7 @@ def _bisected(c: Condition, proof: dict, g: dict) -> Condition:
 
 
 def _condition(c: Condition, proof: dict | None, failing: int, passing: int) -> dict:
-    key = c.key if c.also is None else c.key
+    key = c.key
     return {"feature": c.feature, "text": sentence(c, proof, failing, passing),
             "dim": key if c.kind in ("ge", "le", "notmult") and key != "numel" else None,
             "threshold": c.value if c.kind in ("ge", "le") else None,
