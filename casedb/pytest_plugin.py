@@ -225,6 +225,11 @@ def pytest_collection_modifyitems(session, config, items):
     cases = config.stash.get(_CASES, None)
     if cases is None or not cases.spec.markexpr or not any(item_param(item) is not None for item in items):
         return
+    from casedb.run.selection import item_marks
+
+    problem = marks_mod.absent_derived(cases.spec.markexpr, [item_marks(it) for it in cases.plan()])
+    if problem:  # a derived mark no case has: say so, not "N deselected"
+        raise pytest.UsageError(problem)
     if not (config.getini("strict_markers") or getattr(config.option, "strict_markers", False)):
         return
     registered = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}

@@ -283,7 +283,7 @@ def test_list_cases_by_mark_default_filter_and_excluded(ptr):
         "alpha::big4d::torch.relu [largedimtensor]", "alpha::fp32_op::torch.neg [fp32operation]"]
     expr = ptr.runpytest("--list-cases-by-mark", "model_beta and constant")
     assert [line for line in expr.outlines if "::" in line] == [
-        "beta::view_err::torch.view [constant, paddedtensor]"]
+        "beta::view_err::torch.view [constant, noncontiguous, paddedtensor]"]
     given_m = ptr.runpytest("--list-cases-by-mark", "-m", "mymark")
     assert [line for line in given_m.outlines if "::" in line] == ["beta::sub_b::torch.sub [mymark]"]
 

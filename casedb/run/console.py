@@ -198,7 +198,8 @@ def failure_notes(summary: dict, top: int = 5) -> list[str]:
     cases = sum(g["count"] for g in groups)
     lines = [f"{cases} failing case(s), {len(groups)} cause(s):"]
     for g in groups[:top]:
-        example = f" (e.g. {g['examples'][0]})" if g["examples"] else ""
+        example = f" (e.g. {g['examples'][0]}: {g['example_inputs'][0]})" if g.get("example_inputs") else \
+            f" (e.g. {g['examples'][0]})" if g["examples"] else ""
         lines.append(f"  {g['count']:>4} × {g['op']}: {g['cause']}{example}")
     more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
     lines.append(f"  {more}details: casedb report --run {summary['run_id']}")
