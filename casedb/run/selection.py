@@ -3,8 +3,8 @@ with the same :class:`~casedb.run.runspec.RunSpec` runs (``casedb cases`` lists 
 
 The same rules as the worker's collection (:mod:`casedb.run.worker`): every model unless
 ``--model``, ``-m`` against each item's marks and its models' ``model_<name>`` marks, ``-k``
-against its op, case names and models (as the run's help says; pytest's -k also reads mark
-names as words, where "add" would match every ``paddedtensor`` case), ``--op``,
+against the words pytest's -k reads for the test: its id, op, case names, models and marks
+(so ``-k add`` selects every ``paddedtensor`` case too, as in the run), ``--op``,
 ``--shard``, ``--max-numel``, then ``--limit``. Triage exclusions depend on the target and are
 left to the run.
 """
@@ -39,7 +39,7 @@ def select(store, spec: RunSpec, *, excluded: bool = False) -> list[PlanItem]:
     for it in items:
         if expr.matches(marks_of[id(it)]) == excluded:
             continue
-        if not keyword.matches([it.op, *it.names, *it.models]):
+        if not keyword.matches([it.id, it.op, *it.names, *it.models, *marks_of[id(it)]]):
             continue
         if not (op_matches(it.op, spec.op) and in_shard(it.signature, shard)):
             continue
