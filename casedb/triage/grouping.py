@@ -3,8 +3,9 @@ case. A cause is :func:`casedb.causes.cause` of the op: its stage and normalized
 or a wrong result's pattern — what the run summary and ``casedb report`` group by.
 
 Each group's entry is as wide as the run shows (:func:`group_entries`): the op, else the op and
-one dtype, else the op in one model, else the cases one by one — the first whose every case it
-would govern on the run's target ran in the run and failed with that cause.
+one dtype, else the op with a layout mark every case of the group has (``marks: [noncontiguous]``:
+what a stride bug fails on), else the op in one model, else the cases one by one — the first
+whose every case it would govern on the run's target that ran failed with that cause.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def group_entries(rows: list[dict], current: Triage, run, order: int, notes: lis
             chosen = [(case_selector(r, run.clashes), [r]) for r in members]
         narrowed = None if chosen is options[0] else _held_back(op, current, run, pool, ids, order + 1)
         if narrowed and notes is not None:
-            notes.append(f"{op}: {why}: {len(chosen)} entries, not one for the op: {narrowed}")
+            n = len(chosen)
+            notes.append(f"{op}: {why}: {n} entr{'y' if n == 1 else 'ies'} narrower than the op: {narrowed}")
         for sel, sub in chosen:
             order += 1
             scoped = {**sel, **run.scoped}
@@ -90,6 +92,11 @@ def _candidates(op: str, members: list[dict]):
     dtypes = sorted({r["dtype"] for r in members if r["dtype"]})
     if len(dtypes) == 1 and all(r["dtype"] for r in members):
         yield [({"op": literal(op), "dtype": dtypes[0]}, members)]
+    # a layout every member has (casedb.cases.layout): what a backend's stride bug fails on
+    shared = set.intersection(*(set(r.get("marks") or ()) for r in members))
+    for mark in ("noncontiguous", "transposed", "broadcast", "offset"):
+        if mark in shared:
+            yield [({"op": literal(op), "marks": [mark]}, members)]
     models = sorted({r["model"] for r in members})
     yield [({"model": literal(m), "op": literal(op)}, [r for r in members if r["model"] == m]) for m in models]
 
@@ -153,7 +160,7 @@ def _note(members: list[dict], run_id: int, unrun: int = 0, narrowed: str | None
     if unrun:
         notes.append(f"It covers {unrun} more case(s) that run {run_id} did not run (another shard or selection).")
     if narrowed:
-        notes.append(f"Not one entry for the op: {narrowed}.")
+        notes.append(f"Narrower than the op: {narrowed}.")
     wrong = [m for m in members if m["outcome"] == "failed" or m["stage"] == "incorrect result"]
     if wrong:
         errs = sorted(m["max_abs_err"] for m in wrong if m["max_abs_err"] is not None)
