@@ -15,6 +15,8 @@ Worked out from the spec alone (no torch), so every listing can afford it.
 
 from __future__ import annotations
 
+import json
+
 from casedb.cases import dtypes
 
 LAYOUTS = ("contiguous", "strided", "transposed", "offset", "broadcast")
@@ -29,6 +31,25 @@ def input_label(spec: dict) -> str:
     """``f32[1, 100, 128, 64] strided``: :func:`shape_text`, plus the layout word unless contiguous."""
     word = tensor_layout(spec)
     return shape_text(spec) if word == "contiguous" else f"{shape_text(spec)} {word}"
+
+
+def inputs_summary(inputs: list, attrs: dict) -> str:
+    """`bf16[1, 11, 2880], bf16[2880] transposed`: a case's inputs in short form, each tensor by
+    :func:`input_label`, literals as written, keyword tensors as ``name=...`` (``cases.shapes``)."""
+    parts = []
+    for spec in inputs:
+        if "tensor" in spec or "file" in spec:
+            parts.append(input_label(spec.get("tensor") or spec["file"]))
+        elif "tensor_list" in spec:
+            parts.append("[" + ", ".join(input_label(t) for t in spec["tensor_list"]) + "]")
+        elif "value" in spec:
+            parts.append(json.dumps(spec["value"]))
+        else:
+            parts.append(spec["py"])
+    for k, spec in attrs.items():
+        if isinstance(spec, dict) and "tensor" in spec:
+            parts.append(f"{k}={input_label(spec['tensor'])}")
+    return ", ".join(parts)
 
 
 def tensor_layout(spec: dict) -> str:
@@ -86,3 +107,28 @@ def classify(shape: list[int], strides: list[int], offset: int) -> str:
 
 def _dense(strides: list[int], sizes: list[int]) -> bool:
     return strides == row_major(sizes)
+
+
+def input_layouts(inputs: list, attrs: dict) -> list[dict]:
+    """Each tensor argument's place, label and layout: ``{"input": "inputs[0]", "label":
+    "bf16[4, 8] transposed", "layout": "transposed"}`` (a tensor list gives one per element,
+    ``inputs[1][0]``; keyword tensors are ``attrs.<name>``); other arguments are left out."""
+    out = []
+    places = [(f"inputs[{i}]", spec) for i, spec in enumerate(inputs)]
+    places += [(f"attrs.{k}", v) for k, v in attrs.items() if isinstance(v, dict)]
+    for place, spec in places:
+        if "tensor" in spec or "file" in spec:
+            tensors = [(place, spec.get("tensor") or spec.get("file"))]
+        elif "tensor_list" in spec:
+            tensors = [(f"{place}[{j}]", t) for j, t in enumerate(spec["tensor_list"])]
+        else:
+            continue
+        out += [{"input": where, "label": input_label(t), "layout": tensor_layout(t)} for where, t in tensors]
+    return out
+
+
+def case_layout(inputs: list, attrs: dict) -> str:
+    """The case's tensor layouts in one facetable word: ``contiguous`` when every tensor input is,
+    else its other layouts, sorted (``broadcast, transposed``); stored as ``cases.layout``."""
+    words = sorted({d["layout"] for d in input_layouts(inputs, attrs)} - {"contiguous"})
+    return ", ".join(words) or "contiguous"

@@ -169,9 +169,10 @@ def run_cmd(**options):
     else:
         table, line = run_console.summary_tables(summary)
         console.print(table)
-        console.print(line)
+        # in a pipe a line stays one line (a terminal wraps it at words)
+        console.print(line, soft_wrap=not console.is_terminal)
         for note in run_console.summary_notes(summary):
-            err_console.print(run_console.text(note))
+            err_console.print(run_console.text(note), soft_wrap=not err_console.is_terminal)
     raise typer.Exit(1 if summary["unexpected"] or summary["status"] != "finished" else 0)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
+from casedb.read import expected_errors
 from casedb.store import explanations, history
 
 DEFAULT_ERROR_FACTOR = 10.0
@@ -170,6 +171,7 @@ def _verdicts(db, run_id: int) -> dict:
     out["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
                                        " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
                                        " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
+    expected_errors.adjust(out, expected_errors.counts(db.conn, run_id))
     return out
 
 
@@ -449,8 +451,9 @@ def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
         table = Table(title=Text(s["title"]), title_justify="left", caption=Text(s["note"]) if s["note"] else None,
                       caption_justify="left")
         for i, h in enumerate(s["headers"]):
-            # the first column names the row (case, model, op): keep it whole, fold the others
-            table.add_column(h, overflow="fold", no_wrap=i == 0)
+            # the first column names the row (case, model, op), as does any op column: whole; the others fold
+            whole = tables.whole_width(h, [str(row[i]) for row in s["rows"]]) if i else None
+            table.add_column(h, overflow="fold", no_wrap=i == 0 or whole is not None, min_width=whole)
         for row in s["rows"]:
             table.add_row(*(text(v) for v in row))
         console.print(table)

@@ -140,8 +140,7 @@ def summary_tables(summary: dict):
     for model, m in summary["models"].items():
         table.add_row(text(model), *[str(m.get(k, 0)) for k, _ in cols])
     t = summary["time"]
-    counts = ", ".join(f"{summary.get(outcomes.COUNT_KEYS[o], 0)} {outcomes.COUNT_KEYS[o].replace('_', ' ')}"
-                       for o in outcomes.SHOWN)
+    counts = ", ".join(counted(summary.get(outcomes.COUNT_KEYS[o], 0), o) for o in outcomes.SHOWN)
     line = (f"{summary['executed']} executed ({summary['occurrences']} occurrences, "
             f"{summary['duplicates_skipped']} duplicates skipped): {counts}")
     times = []
@@ -157,6 +156,12 @@ def summary_tables(summary: dict):
     if summary.get("duration_s") is not None:
         line += f"; total {summary['duration_s']:.1f} s"
     return table, text(line)
+
+
+def counted(n: int, outcome: str) -> str:
+    """``1 error``, ``2 errors``, ``3 failed``: a count of an outcome in words."""
+    key = outcomes.COUNT_KEYS[outcome]
+    return f"{n} {(outcome if n == 1 else key).replace('_', ' ')}"
 
 
 def summary_notes(summary: dict) -> list[str]:
@@ -198,7 +203,8 @@ def failure_notes(summary: dict, top: int = 5) -> list[str]:
     cases = sum(g["count"] for g in groups)
     lines = [f"{cases} failing case(s), {len(groups)} cause(s):"]
     for g in groups[:top]:
-        example = f" (e.g. {g['examples'][0]})" if g["examples"] else ""
+        example = f" (e.g. {g['examples'][0]}: {g['example_inputs'][0]})" if g.get("example_inputs") else \
+            f" (e.g. {g['examples'][0]})" if g["examples"] else ""
         lines.append(f"  {g['count']:>4} × {g['op']}: {g['cause']}{example}")
     more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
     lines.append(f"  {more}details: casedb report --run {summary['run_id']}")

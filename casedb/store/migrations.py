@@ -283,3 +283,25 @@ def m160_explanations(db):
         {"signature": str, "parent_signature": str, "transformation": str, "run_id": int, "cause": str,
          "created_at": str},
         pk="signature", foreign_keys=[("signature", "cases", "signature")])
+
+
+@migrations()
+def m170_layout_marks(db):
+    # Inputs are shown with their layout (casedb.cases.layout: `fp32[4, 8] transposed`; cases.layout:
+    # the case's in one facetable word), and the layout derived marks (noncontiguous, transposed,
+    # broadcast, offset) join the others: all recomputed from each case's stored inputs. Signatures
+    # do not depend on any of them.
+    import json
+
+    from casedb.cases.layout import case_layout, inputs_summary
+    from casedb.cases.marks import derive
+    from casedb.serial import dumps
+
+    db["cases"].add_column("layout", str)
+    updates = []
+    for signature, inputs, attrs in db.execute("SELECT signature, inputs, attrs FROM cases").fetchall():
+        inputs, attrs = json.loads(inputs or "[]"), json.loads(attrs or "{}")
+        updates.append((dumps(derive(inputs, attrs)), inputs_summary(inputs, attrs), case_layout(inputs, attrs),
+                        signature))
+    db.conn.executemany("UPDATE cases SET marks = ?, shapes = ?, layout = ? WHERE signature = ?", updates)
+    db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_layout ON cases (layout)")
