@@ -54,7 +54,7 @@ def test_run_summary_names_the_causes_and_points_at_the_report(cli):
     result = cli("run", *ZEROS)
     assert result.exit_code == 1
     assert "4 failing case(s), 2 cause(s):" in result.stderr
-    assert "3 × torch.add: incorrect result: all zeros (e.g. small::add_a)" in result.stderr
+    assert "3 × torch.add: incorrect result: all zeros (e.g. small::add_a: fp32[4, 8], fp32[4, 8])" in result.stderr
     assert "details: casedb report --run 1" in result.stderr
 
 

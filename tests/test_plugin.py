@@ -293,7 +293,7 @@ def test_list_cases_by_mark_default_filter_and_excluded(ptr):
         "alpha::big4d::torch.relu [largedimtensor]", "alpha::fp32_op::torch.neg [fp32operation]"]
     expr = ptr.runpytest("--list-cases-by-mark", "model_beta and constant")
     assert [line for line in expr.outlines if "::" in line] == [
-        "beta::view_err::torch.view [constant, paddedtensor]"]
+        "beta::view_err::torch.view [constant, noncontiguous, paddedtensor]"]
     given_m = ptr.runpytest("--list-cases-by-mark", "-m", "mymark")
     assert [line for line in given_m.outlines if "::" in line] == ["beta::sub_b::torch.sub [mymark]"]
 
@@ -386,7 +386,7 @@ def test_device_strings_are_replaced_unless_no_device_replace(ptr, db):
     if torch.cuda.is_available():
         pytest.skip("cuda:0 exists here, so keeping it would not fail")
     kept = ptr.runpytest("--model", "beta", *CPU, "-k", "ones_dev", "--no-device-replace")
-    kept.assert_outcomes(failed=1)
+    kept.assert_outcomes(errors=1)  # casedb records an error: pytest counts it as one too (issue 46)
     err = rows(db, "SELECT outcome, error_type, error_message FROM results WHERE run_id = 2")
     assert len(err) == 1 and err[0]["outcome"] == "error"
     assert "cuda" in err[0]["error_message"].lower() or "cuda" in err[0]["error_type"].lower()

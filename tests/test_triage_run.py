@@ -54,7 +54,7 @@ def test_bring_up_known_failures_then_the_fix(cli, tiny, tmp_path):
     assert (s["failed"], s["errors"], s["triage"]) == (1, 1, {"new": 2, "unspecified": 2, "remove": 0})
     path = tmp_path / "triage" / "bringup.yaml"
     # scoped to the device only (the default names the backend too), so that other backends' runs read it
-    assert cli("triage", "update", "--from-run", s["run_id"], "-o", path, "--scope", "device").exit_code == 0
+    assert cli("triage", "update", "--with-passing", "--from-run", s["run_id"], "-o", path, "--scope", "device").exit_code == 0
     # the rerun with the file: every failure is known, nothing unexpected
     again = cli(*RUN, *FAULTY, "--triage", path)
     assert again.exit_code == 0, again.output

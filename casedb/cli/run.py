@@ -145,7 +145,7 @@ def run_cmd(**options):
     from casedb.run.runspec import RunSpec
 
     resume, as_json, no_progress = options.pop("resume"), options.pop("as_json"), options.pop("no_progress")
-    label = options.pop("label")
+    label, explain = options.pop("label"), options.pop("explain")
     options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
     try:
         spec = RunSpec(**options)
@@ -157,6 +157,11 @@ def run_cmd(**options):
         summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)
         if label is not None:
             label_run(summary["run_id"], label)
+        if explain and summary.get("failed", 0) + summary.get("errors", 0) + summary.get("crashed", 0) > 0:
+            from casedb.explain import diagnose
+
+            summary["explanations"] = diagnose.explain(state.db, run_id=summary["run_id"], imports=tuple(spec.imports),
+                                                       jobs=spec.jobs, timeout=spec.timeout)["causes"]
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -164,9 +169,10 @@ def run_cmd(**options):
     else:
         table, line = run_console.summary_tables(summary)
         console.print(table)
-        console.print(line)
+        # in a pipe a line stays one line (a terminal wraps it at words)
+        console.print(line, soft_wrap=not console.is_terminal)
         for note in run_console.summary_notes(summary):
-            err_console.print(run_console.text(note))
+            err_console.print(run_console.text(note), soft_wrap=not err_console.is_terminal)
     raise typer.Exit(1 if summary["unexpected"] or summary["status"] != "finished" else 0)
 
 
@@ -177,6 +183,8 @@ run_cmd.__signature__ = inspect.Signature([
         help="Finish run RUN_ID (its selection and target; give its --import modules again).")),
     option("label", Optional[str], None, "--label", help="Label the run (as `casedb runs label` does: "
                                                        "`casedb runs --label` finds it)."),
+    option("explain", bool, False, "--explain", help="When cases fail, explain the run (casedb explain: the "
+                                                     "condition that breaks the backend, per failure cause)."),
     option("as_json", bool, False, "--json", help="Print the summary as JSON."),
     option("no_progress", bool, False, "--no-progress", help="No progress bar."),
 ])

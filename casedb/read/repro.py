@@ -358,5 +358,10 @@ def _fill(data: dict, prepared) -> str:
     text = text.replace("@RUN_IMPORTS@", "# run {} was recorded with --import {} (not imported: give it to "
                         "`casedb repro --import`)\n".format(data["run"], json.dumps(data["run_imports"]))
                         if data["run_imports"] else "")
+    # the case in one comment line below the #! line; its text JSON-escaped: no newline in it can end the comment
+    op = data["op"]["name"] if isinstance(data["op"], dict) else data["op"]
+    said = json.dumps(f"{op}({data['shapes']}) computing in {data['dtype']}, signature {data['signature'][:16]}")
+    first, _, rest = text.partition("\n")
+    text = f"{first}\n# case: {said[1:-1]}\n{rest}"
     # repr of a str is a Python string literal whatever it holds: the case is data, never code
     return text.replace("@CASE_JSON@", repr(json.dumps(data, ensure_ascii=False, sort_keys=True)), 1)

@@ -13,7 +13,7 @@ JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias",
              "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "triage_implicit", "vacuous",
              "reference_faults", "latency",
              "lowering", "stages", "planned", "duration_s",
-             "time", "session", "models", "error")
+             "time", "session", "models", "error", "explanations")
 
 
 def counts_text(counts: dict) -> str:
@@ -84,8 +84,7 @@ def summary_tables(summary: dict):
     for model, m in summary["models"].items():
         table.add_row(text(model), *[str(m.get(k, 0)) for k, _ in cols])
     t = summary["time"]
-    counts = ", ".join(f"{summary.get(outcomes.COUNT_KEYS[o], 0)} {outcomes.COUNT_KEYS[o].replace('_', ' ')}"
-                       for o in outcomes.SHOWN)
+    counts = ", ".join(counted(summary.get(outcomes.COUNT_KEYS[o], 0), o) for o in outcomes.SHOWN)
     line = (f"{summary['executed']} executed ({summary['occurrences']} occurrences, "
             f"{summary['duplicates_skipped']} duplicates skipped): {counts}")
     times = []
@@ -101,6 +100,12 @@ def summary_tables(summary: dict):
     if summary.get("duration_s") is not None:
         line += f"; total {summary['duration_s']:.1f} s"
     return table, text(line)
+
+
+def counted(n: int, outcome: str) -> str:
+    """``1 error``, ``2 errors``, ``3 failed``: a count of an outcome in words."""
+    key = outcomes.COUNT_KEYS[outcome]
+    return f"{n} {(outcome if n == 1 else key).replace('_', ' ')}"
 
 
 def summary_notes(summary: dict) -> list[str]:
@@ -145,10 +150,16 @@ def failure_notes(summary: dict, top: int = 5) -> list[str]:
     cases = sum(g["count"] for g in groups)
     lines = [f"{cases} failing case(s), {len(groups)} cause(s):"]
     for g in groups[:top]:
-        example = f" (e.g. {g['examples'][0]})" if g["examples"] else ""
+        example = f" (e.g. {g['examples'][0]}: {g['example_inputs'][0]})" if g.get("example_inputs") else \
+            f" (e.g. {g['examples'][0]})" if g["examples"] else ""
         lines.append(f"  {g['count']:>4} × {g['op']}: {g['cause']}{example}")
     more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
     lines.append(f"  {more}details: casedb report --run {summary['run_id']}")
+    explained = summary.get("explanations")
+    if explained is None:
+        lines.append(f"  which condition breaks the backend: casedb explain --run {summary['run_id']}")
+    for e in explained or []:
+        lines.append(f"  explained: {e['cause']}: {(e.get('condition') or {}).get('text') or 'no condition found'}")
     return ["\n".join(lines)]
 
 

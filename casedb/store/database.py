@@ -18,6 +18,7 @@ from typing import Iterable
 import sqlite_utils
 
 from casedb.cases import marks as marks_mod
+from casedb.cases.layout import case_layout, inputs_summary
 from casedb.store import schema_check
 from casedb.cases.spec import Normalized
 from casedb.errors import CasedbError, NotFound
@@ -123,28 +124,9 @@ def connect(path: str | os.PathLike) -> sqlite3.Connection:
 
 
 def shape_summary(inputs: list, attrs: dict) -> str:
-    """`bf16[1, 11, 2880], bf16[2880]` — short, readable, used in listings and test ids."""
-    from casedb.cases import dtypes
-
-    def one(t):
-        return f"{dtypes.short(t['dtype'])}[{', '.join(map(str, t['shape']))}]"
-
-    parts = []
-    for spec in inputs:
-        if "tensor" in spec:
-            parts.append(one(spec["tensor"]))
-        elif "file" in spec:
-            parts.append(one(spec["file"]))
-        elif "tensor_list" in spec:
-            parts.append("[" + ", ".join(one(t) for t in spec["tensor_list"]) + "]")
-        elif "value" in spec:
-            parts.append(json.dumps(spec["value"]))
-        else:
-            parts.append(spec["py"])
-    for k, spec in attrs.items():
-        if isinstance(spec, dict) and "tensor" in spec:
-            parts.append(f"{k}={one(spec['tensor'])}")
-    return ", ".join(parts)
+    """`bf16[1, 11, 2880], bf16[2880] transposed` (casedb.cases.layout.inputs_summary): short,
+    readable, used in listings."""
+    return inputs_summary(inputs, attrs)
 
 
 @dataclass
@@ -288,11 +270,12 @@ class Store:
             seen.add(c.signature)
             blobs.update(c.blobs)
             rows.append((c.signature, c.op, dumps_values(c.inputs), dumps_values(c.attrs), c.dtype, c.seed,
-                         dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), stamp))
+                         dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), case_layout(c.inputs, c.attrs),
+                         stamp))
         self._insert_rows("INSERT OR IGNORE INTO blobs (sha256, data, size) VALUES ",
                           [(k, v, len(v)) for k, v in blobs.items()])
         return self._insert_rows("INSERT OR IGNORE INTO cases (signature, op, inputs, attrs, dtype, seed, marks, "
-                                 "shapes, created_at) VALUES ", rows)
+                                 "shapes, layout, created_at) VALUES ", rows)
 
     def _insert_rows(self, head: str, rows: list[tuple], tail: str = "") -> int:
         """``head (?, ...), (?, ...) tail``: the rows inserted a few hundred to a statement;

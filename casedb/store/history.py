@@ -453,18 +453,19 @@ def failure_groups(conn: sqlite3.Connection, run_id: int, *, limit: int | None =
             f"""SELECT r.signature, r.outcome, r.stage, r.error_type, r.error_message, r.reason, c.op,
                        CASE WHEN json_valid(r.metrics) THEN json_extract(r.metrics, '$.pattern') END AS pattern,
                        (SELECT mc.model || '::' || mc.name FROM model_cases mc WHERE mc.signature = r.signature
-                        ORDER BY mc.model, mc.name LIMIT 1) AS example
+                        ORDER BY mc.model, mc.name LIMIT 1) AS example, c.shapes
                 FROM results r JOIN cases c ON c.signature = r.signature
                 WHERE r.run_id = ? AND r.outcome IN ({', '.join('?' * len(failing))})
                 ORDER BY c.op, example, r.signature""", [run_id, *failing]):
         why = causes.cause(r[1], r[2], r[3], r[4], r[5], r[7])
         g = groups.setdefault((r[6], why), {"op": r[6], "cause": why, "stage": r[2], "outcome": r[1],
-                                            "count": 0, "examples": [], "signatures": []})
+                                            "count": 0, "examples": [], "example_inputs": [], "signatures": []})
         g["count"] += 1
         g["outcome"] = outcomes.worst([g["outcome"], r[1]])
         if len(g["signatures"]) < 20:
             g["signatures"].append(r[0])
         if len(g["examples"]) < 3 and r[8]:
             g["examples"].append(r[8])
+            g["example_inputs"].append(r[9])  # (with each tensor's layout: casedb.cases.layout)
     out = sorted(groups.values(), key=lambda g: (-g["count"], g["op"], g["cause"]))
     return out if limit is None else out[:limit]

@@ -162,6 +162,7 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
     from casedb import names
     from casedb.cases import signature as sig_mod
     from casedb.cases import spec as casespec
+    from casedb.cases.layout import case_layout
     from casedb.store.database import shape_summary
 
     try:
@@ -179,7 +180,7 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
         return {"signature": signature, "op": op, "inputs": dumps_values(inputs), "attrs": dumps_values(attrs),
                 "seed": seed,
                 "dtype": computes, "marks": dumps(marks_mod.derive(inputs, attrs)),
-                "shapes": shape_summary(inputs, attrs), "blobs": blobs}
+                "shapes": shape_summary(inputs, attrs), "layout": case_layout(inputs, attrs), "blobs": blobs}
     except ValueError:
         raise
     except RecursionError:
