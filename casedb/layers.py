@@ -29,6 +29,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "casedb.scan": (TOP, "casedb.cases", "importers", "casedb.store", "casedb.ingest", "casedb.read"),
     "casedb.mutation": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage",
                         "casedb.run"),
+    # casedb explain: variants of failing cases run through the runner, read like a report
+    "casedb.explain": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage",
+                       "casedb.run", "casedb.read"),
 }
 
 # The front ends: they may import any part; no part imports them.
