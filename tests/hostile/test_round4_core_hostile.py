@@ -68,32 +68,33 @@ def refused(cli, db_path, tmp_path):
 
 def test_repro_of_a_run_never_imports_the_modules_the_database_names(cli, db_path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # (a name no other test imports: an in-process import of a module already loaded runs nothing)
     marker = tmp_path / "PWNED"
     assert cli("import", manifest(tmp_path / "m.yaml", [add_case("a")])).exit_code == 0
     assert cli("run", "--model", "m", *CPU_EAGER).exit_code == 0
     # a shard from elsewhere: its run names a shipped module, and one whose name breaks out of a line
-    (tmp_path / "custom_ops.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    (tmp_path / "planted_round4_ops.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
     sneaky = "x\nimport pathlib; pathlib.Path('PWNED').touch()"  # (no slash: kept as a module name)
     with sqlite3.connect(db_path) as con:
         con.execute("UPDATE runs SET selection = json_set(selection, '$.options.imports', json(?)) WHERE id = 1",
-                    [json.dumps(["custom_ops.py", sneaky])])
+                    [json.dumps(["planted_round4_ops.py", sneaky])])
     con.close()
     res = cli("repro", "m::a", "--run", 1, "-o", tmp_path / "repro.py")
     assert res.exit_code == 0, res.output
     assert not marker.exists()  # not imported by casedb
-    assert "run 1 was recorded with --import custom_ops.py" in flat(res.stderr)
-    assert "--import custom_ops.py" in flat(res.stderr)  # what to give to import it
+    assert "run 1 was recorded with --import planted_round4_ops.py" in flat(res.stderr)
+    assert "--import planted_round4_ops.py" in flat(res.stderr)  # what to give to import it
     text = (tmp_path / "repro.py").read_text()
-    assert '# run 1 was recorded with --import ["custom_ops.py", "x\\nimport pathlib' in text
+    assert '# run 1 was recorded with --import ["planted_round4_ops.py", "x\\nimport pathlib' in text
     compile(text, "repro.py", "exec")  # the name stays inside its comment
     done = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert not marker.exists()  # nor by the script
     assert "this script does not import them" in done.stderr
     # given on this command line, it is imported (by casedb and by the script)
-    res = cli("repro", "m::a", "--run", 1, "--import", "custom_ops.py", "-o", tmp_path / "given.py")
+    res = cli("repro", "m::a", "--run", 1, "--import", "planted_round4_ops.py", "-o", tmp_path / "given.py")
     assert res.exit_code == 0 and marker.exists(), res.output
-    assert runpy.run_path(str(tmp_path / "given.py"), run_name="repro")["CASE"]["imports"] == ["custom_ops.py"]
+    assert runpy.run_path(str(tmp_path / "given.py"), run_name="repro")["CASE"]["imports"] == ["planted_round4_ops.py"]
 
 
 # ------------------------------------------------------- 4: marks that would be pytest's own markers
