@@ -110,7 +110,7 @@ def _held_back(op: str, current: Triage, run, pool: list, ids: set, order: int) 
         return None
     passed = sum(1 for r in others if r["outcome"] in outcomes.PASSING)
     parts = ([f"{passed} other case(s) of it passed in run {run.run_id}"] if passed else []) + (
-        [f"{len(others) - passed} failed otherwise"] if len(others) > passed else [])
+        [f"{len(others) - passed} ended otherwise (another cause, skipped)"] if len(others) > passed else [])
     return ", ".join(parts)
 
 
