@@ -139,3 +139,12 @@ def test_cases_refuses_a_bad_selection_as_run_does(cli, db):
         listed, ran = cli("cases", *args), cli("run", *args, "--device", "cpu", "--backend", "eager", "-j", "0")
         assert listed.exit_code == ran.exit_code == 2
         assert said in " ".join(listed.stderr.split()) and said in " ".join(ran.stderr.split())
+
+
+def test_layout_marks_in_the_pytest_front_end(ptr):
+    res = ptr.runpytest("--model", "agree", "-m", "noncontiguous", "--collect-only", "-q")
+    picked = sorted(ln.split("[", 1)[1].split("-", 1)[0] for ln in res.outlines if "::test_model_op[" in ln)
+    assert picked == ["torch.mul", "torch.neg"]
+    none = ptr.runpytest("--model", "agree", "-m", "offset", "--collect-only", "-q")
+    assert none.ret == pytest.ExitCode.USAGE_ERROR
+    assert "no case here has the derived mark 'offset'" in " ".join(none.stderr.str().split())

@@ -311,8 +311,11 @@ def m170_layout_marks(db):
     db["cases"].add_column("layout", str)
     updates = []
     for signature, inputs, attrs in db.execute("SELECT signature, inputs, attrs FROM cases").fetchall():
-        inputs, attrs = json.loads(inputs or "[]"), json.loads(attrs or "{}")
-        updates.append((dumps(derive(inputs, attrs)), inputs_summary(inputs, attrs), case_layout(inputs, attrs),
-                        signature))
+        try:
+            inputs, attrs = json.loads(inputs or "[]"), json.loads(attrs or "{}")
+            updates.append((dumps(derive(inputs, attrs)), inputs_summary(inputs, attrs), case_layout(inputs, attrs),
+                            signature))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            continue  # inputs casedb did not store: the row keeps what it has (a run reports the case)
     db.conn.executemany("UPDATE cases SET marks = ?, shapes = ?, layout = ? WHERE signature = ?", updates)
     db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_layout ON cases (layout)")

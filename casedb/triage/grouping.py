@@ -114,7 +114,7 @@ def _held_back(op: str, current: Triage, run, pool: list, ids: set, order: int) 
         return None
     passed = sum(1 for r in others if r["outcome"] in outcomes.PASSING)
     parts = ([f"{passed} other case(s) of it passed in run {run.run_id}"] if passed else []) + (
-        [f"{len(others) - passed} failed otherwise"] if len(others) > passed else [])
+        [f"{len(others) - passed} ended otherwise (another cause, skipped)"] if len(others) > passed else [])
     return ", ".join(parts)
 
 
@@ -134,7 +134,8 @@ def _only_these(sel: dict, current: Triage, run, pool: list, ids: set, order: in
 
 def _settings(why: str, members: list[dict]) -> dict:
     """The stage and reason of an entry for ``members``: the error line they share (a single
-    case's own), else what their cause says beyond its stage, else the worst case's line."""
+    case's own), else what their cause says beyond its stage (a pattern such as "scaled by 0.5";
+    not one that only measures), else the worst case's line."""
     r = members[0]
     stage = r["stage"] or outcomes.failure_stage(r["outcome"])
     if stage not in outcomes.STAGES:
@@ -143,7 +144,7 @@ def _settings(why: str, members: list[dict]) -> dict:
     head = r["stage"] or r["outcome"] or "?"
     if len(lines) == 1:
         reason = lines.pop()
-    elif why.startswith(head + ": "):
+    elif why.startswith(head + ": ") and not why.startswith(head + ": wrong at "):  # (not a pattern's N-for-figures)
         reason = why[len(head) + 2:]
     else:
         worst = max(members, key=lambda m: m["max_abs_err"] if m["max_abs_err"] is not None else -1.0)

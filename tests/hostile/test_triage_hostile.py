@@ -75,7 +75,7 @@ def test_update_writes_literal_selectors_that_check_clean_and_select_exactly_the
     con.close()
     occ = triage.occurrences(db_path)
     path = tmp_path / "triage" / "t.yaml"
-    result = cli("triage", "update", "--from-run", run, path, "--scope", "device,backend")
+    result = cli("triage", "update", "--with-passing", "--from-run", run, path, "--scope", "device,backend")
     assert result.exit_code == 0, result.output
     assert triage.check([path], db_path) == []
     assert cli("triage", "check", path).exit_code == 0
