@@ -10,6 +10,7 @@ import sqlite3
 
 from casedb import causes, outcomes
 from casedb.serial import dumps, loads, now
+from casedb.store import run_scope
 
 _RESULTS = """SELECT r.signature, r.outcome, r.stage, r.error_type, r.error_message, r.reason,
        CASE WHEN json_valid(r.metrics) THEN json_extract(r.metrics, '$.pattern') END AS pattern,
@@ -110,8 +111,8 @@ def drop_unused_cases(conn: sqlite3.Connection, signatures: list[str]) -> int:
 
 def latest_run(conn: sqlite3.Connection) -> int | None:
     """The newest run that is neither `casedb mutants`' nor a round of variants."""
-    row = conn.execute("""SELECT max(id) FROM runs WHERE label IS NULL
-                          OR (label NOT GLOB 'mutant:*' AND label NOT GLOB 'explain:*')""").fetchone()
+    row = conn.execute(f"""SELECT max(id) FROM runs WHERE {run_scope.NOT_MUTANT_RUN}
+                           AND (label IS NULL OR label NOT GLOB 'explain:*')""").fetchone()
     return row[0] if row else None
 
 
