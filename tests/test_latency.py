@@ -102,3 +102,17 @@ def test_the_rank_test_and_geometric_mean():
     assert latency.mann_whitney_p([1, 2, 3, 4, 5], [1, 2, 3, 4, 5]) > 0.5
     assert latency.mann_whitney_p([1, 2, 3], [4, 5, 6]) is None  # too few to say
     assert latency.geomean([2.0, 0.5, None]) == 1.0
+
+
+def test_measured_figures_that_are_not_finite_are_stored_as_text():
+    """A result's metrics are figures of a backend's output: an infinity there is stored as text (JSON
+    SQLite reads), where a setting that is not finite is refused."""
+    import sqlite3 as sq
+
+    from casedb.serial import NonFiniteValue, dumps, dumps_measured
+
+    text = dumps_measured({"ulp": float("inf"), "xs": [1.5, float("nan")], "latency": {"speedup": 2.0}})
+    assert text == '{"latency":{"speedup":2.0},"ulp":"inf","xs":[1.5,"nan"]}'
+    assert sq.connect(":memory:").execute("SELECT json_valid(?)", [text]).fetchone() == (1,)
+    with pytest.raises(NonFiniteValue):
+        dumps({"rtol": float("inf")})
