@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from casedb.read import latency
+from tests import runs_data
 
 SLOW = Path(__file__).parent / "data" / "perf" / "slow_backends.py"
 MANIFEST = """
@@ -83,6 +85,11 @@ def test_measured_figures_round_trip_through_the_db_report_and_json(cli, perf_db
     assert case["target_s"] == mm["target"]["median_s"] and case["limit"] in ("compute", "memory")
     assert 0 < case["roofline_fraction"] <= 1
     assert run["latency"] == {"measured": 2, "cost_s": report["cost_s"], "speedup": 1.0, "baseline": "eager"}
+    # and in Datasette: the `latencies` query, as `casedb serve` serves it
+    with runs_data.Server(perf_db, perf_db.parent / "serve.log") as server:
+        rows = server.json("/casedb/latencies.json?" + urllib.parse.urlencode({"op": "torch.mm", "_shape": "array"}))
+    assert [(r["op"], r["target_us"], r["flops"], r["speedup"]) for r in rows] == [
+        ("torch.mm", mm["target"]["median_s"] * 1e6, 2 * 192 ** 3, 1.0)]
 
 
 def test_a_run_without_measure_has_no_latency(cli, perf_db):
