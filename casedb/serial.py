@@ -38,6 +38,30 @@ def dumps(obj) -> str | None:
                              "them where they enter: tolerances are finite numbers >= 0); fix the value") from None
 
 
+def dumps_measured(obj) -> str | None:
+    """:func:`dumps` for what a run measured (a result's metrics): a NaN or an infinity there is a
+    figure of the backend's output, not a setting to refuse, and is stored as the text ``"inf"``,
+    ``"-inf"`` or ``"nan"`` so the row stays JSON SQLite reads."""
+    if obj is None:
+        return None
+    try:
+        return _ENCODER.encode(obj)
+    except ValueError:
+        return _ENCODER.encode(_finite_or_text(obj))
+
+
+def _finite_or_text(obj, depth: int = 0):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)
+    if depth > 100:
+        return obj
+    if isinstance(obj, dict):
+        return {k: _finite_or_text(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_text(v, depth + 1) for v in obj]
+    return obj
+
+
 def dumps_values(obj) -> str | None:
     """:func:`dumps` for a case's inputs and attrs, whose values may be NaN or infinite."""
     return None if obj is None else _VALUES_ENCODER.encode(obj)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from casedb.read import latency
+from tests import runs_data
 
 SLOW = Path(__file__).parent / "data" / "perf" / "slow_backends.py"
 MANIFEST = """
@@ -83,6 +85,11 @@ def test_measured_figures_round_trip_through_the_db_report_and_json(cli, perf_db
     assert case["target_s"] == mm["target"]["median_s"] and case["limit"] in ("compute", "memory")
     assert 0 < case["roofline_fraction"] <= 1
     assert run["latency"] == {"measured": 2, "cost_s": report["cost_s"], "speedup": 1.0, "baseline": "eager"}
+    # and in Datasette: the `latencies` query, as `casedb serve` serves it
+    with runs_data.Server(perf_db, perf_db.parent / "serve.log") as server:
+        rows = server.json("/casedb/latencies.json?" + urllib.parse.urlencode({"op": "torch.mm", "_shape": "array"}))
+    assert [(r["op"], r["target_us"], r["flops"], r["speedup"]) for r in rows] == [
+        ("torch.mm", mm["target"]["median_s"] * 1e6, 2 * 192 ** 3, 1.0)]
 
 
 def test_a_run_without_measure_has_no_latency(cli, perf_db):
@@ -102,3 +109,17 @@ def test_the_rank_test_and_geometric_mean():
     assert latency.mann_whitney_p([1, 2, 3, 4, 5], [1, 2, 3, 4, 5]) > 0.5
     assert latency.mann_whitney_p([1, 2, 3], [4, 5, 6]) is None  # too few to say
     assert latency.geomean([2.0, 0.5, None]) == 1.0
+
+
+def test_measured_figures_that_are_not_finite_are_stored_as_text():
+    """A result's metrics are figures of a backend's output: an infinity there is stored as text (JSON
+    SQLite reads), where a setting that is not finite is refused."""
+    import sqlite3 as sq
+
+    from casedb.serial import NonFiniteValue, dumps, dumps_measured
+
+    text = dumps_measured({"ulp": float("inf"), "xs": [1.5, float("nan")], "latency": {"speedup": 2.0}})
+    assert text == '{"latency":{"speedup":2.0},"ulp":"inf","xs":[1.5,"nan"]}'
+    assert sq.connect(":memory:").execute("SELECT json_valid(?)", [text]).fetchone() == (1,)
+    with pytest.raises(NonFiniteValue):
+        dumps({"rtol": float("inf")})

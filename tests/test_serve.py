@@ -75,7 +75,7 @@ def test_canned_queries_do_not_shadow_tables(served):
     queries = {q["name"] for q in database["queries"]}
     assert queries == {"latest_failures", "failures_by_cause", "latest_regressions", "pass_rate_by_model", "slowest_cases",
                        "model_cases_by_op", "repro", "blocking_ops", "model_op_matrix", "cause_cases",
-                       "explained_causes"}
+                       "explained_causes", "latencies"}
     assert {"verdicts", "model_pass_rates", "op_pass_rates", "regressions", "run_summaries"} <= tables
     assert not queries & tables
     # the regressions view, every run, page by page

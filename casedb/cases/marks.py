@@ -16,6 +16,10 @@ element of a tensor list):
 * ``noncontiguous`` / ``transposed`` / ``broadcast`` / ``offset`` — a tensor's layout
   (:func:`casedb.cases.layout.tensor_layout`): ``noncontiguous`` for a strided, transposed or
   broadcast one (what ``Tensor.is_contiguous()`` says no to), and the word itself for the last three.
+* ``int0d`` — a positional tensor argument after the first is 0-d and integer: an index
+  (``W[expert]``) or a count whose value a compiled graph must read (dynamo turns it into a
+  data-dependent SymInt). With ``op``, a triage entry says a limitation of that kind once for
+  every model (manifests/triage/torch-compile-cpu.yaml).
 
 Hand-written marks from a manifest are kept beside these (on the model occurrence).
 """
@@ -38,6 +42,8 @@ DERIVED = {
     "transposed": "a tensor input stored with its dimensions permuted (dense, not row-major)",
     "broadcast": "a tensor input expanded along a dimension (stride 0)",
     "offset": "a tensor input that starts past the beginning of its storage",
+    "int0d": "a 0-d integer tensor argument after the first (an index or count whose value a compiled graph "
+             "must read: dynamo's data-dependent SymInt)",
 }
 # The derived marks an input's layout gives (casedb.cases.layout): offset views are contiguous.
 LAYOUT_MARKS = {"strided": ("noncontiguous",), "transposed": ("noncontiguous", "transposed"),
@@ -86,12 +92,23 @@ def derive(inputs: list, attrs: dict) -> list[str]:
         marks.add("fp32operation")
     elif computes == "bfloat16":
         marks.add("bf16operation")
+    if any(_int0d(spec.get("tensor")) for spec in inputs[1:]):
+        marks.add("int0d")
     for spec in inputs:
         if "value" in spec and isinstance(spec["value"], (int, float, list)):
             marks.add("constant")
         elif "py" in spec and (spec["py"].startswith(("(", "[")) or _is_number(spec["py"])):
             marks.add("constant")
     return sorted(marks)
+
+
+def _int0d(t) -> bool:
+    if not isinstance(t, dict) or t.get("shape") != []:
+        return False
+    try:
+        return dtypes.canonical(t.get("dtype")) in dtypes.INTEGER
+    except dtypes.UnknownDtype:
+        return False
 
 
 def _is_number(text: str) -> bool:

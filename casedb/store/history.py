@@ -20,7 +20,7 @@ from typing import Any
 
 from casedb import __version__, causes, outcomes
 from casedb.errors import InputError, NotFound
-from casedb.serial import dumps, loads, now
+from casedb.serial import dumps, dumps_measured, loads, now
 from casedb.store import latency, run_scope
 from casedb.store.database import connect as _connect_store
 from casedb.store.run_scope import MUTANT_LABEL, NOT_MUTANT_RUN  # noqa: F401 (their home was here)
@@ -212,7 +212,7 @@ class Recorder:
             res = payload.get("result")
             if res is not None:
                 row = {"run_id": self.run_id, "signature": item.signature, "model_case_id": mcid,
-                       **{k: res.get(k) for k in RESULT_COLUMNS}, "metrics": dumps(res.get("metrics")),
+                       **{k: res.get(k) for k in RESULT_COLUMNS}, "metrics": dumps_measured(res.get("metrics")),
                        "duration": duration, "worker": worker, "test_id": test_id, "created_at": stamp}
                 result_id = insert_result(conn, row)
                 if result_id is None:

@@ -319,3 +319,17 @@ def m170_layout_marks(db):
             continue  # inputs casedb did not store: the row keeps what it has (a run reports the case)
     db.conn.executemany("UPDATE cases SET marks = ?, shapes = ?, layout = ? WHERE signature = ?", updates)
     db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_layout ON cases (layout)")
+
+
+@migrations()
+def m171_int0d_mark(db):
+    # The int0d derived mark (casedb.cases.marks: a 0-d integer tensor argument after the first)
+    # joins the others: every case's marks recomputed from its stored inputs (signatures unchanged).
+    import json
+
+    from casedb.cases.marks import derive
+    from casedb.serial import dumps
+
+    updates = [(dumps(derive(json.loads(inputs or "[]"), json.loads(attrs or "{}"))), signature)
+               for signature, inputs, attrs in db.execute("SELECT signature, inputs, attrs FROM cases").fetchall()]
+    db.conn.executemany("UPDATE cases SET marks = ? WHERE signature = ?", updates)
