@@ -81,6 +81,9 @@ def test_wav2vec2_scans_raw_audio(tmp_path):
     result = scanner.scan(wav2vec2(tmp_path))
     first_conv = next(c for c in result.cases if c["case"]["op"] == "torch.nn.functional.conv1d")
     assert first_conv["case"]["inputs"][0]["tensor"]["shape"] == [1, 1, 16000]  # 1 s at 16 kHz
+    # its masked_spec_embed is made on the CPU whatever the device context: moved to meta too
+    model = scanner._build(scanner.load_recipe(wav2vec2(tmp_path)))
+    assert {p.device.type for p in model.parameters()} == {"meta"}
 
 
 @pytest.mark.parametrize("config, arch, why", [
@@ -104,3 +107,17 @@ def test_cli_scan_of_a_seq2seq_model_imports_its_cases(cli, tmp_path, db_path):
     assert json.loads(out.read_text().splitlines()[0])["arch"] == "T5ForConditionalGeneration"
     refused = cli("scan", whisper(tmp_path), "--arch", "WhisperForCausalLM", "--output", out)
     assert refused.exit_code == 2 and "cannot scan WhisperForCausalLM" in refused.stderr
+
+
+def test_a_static_cache_path_of_an_encoder_decoder_is_refused(tmp_path):
+    recipe = tmp_path / "t5.yaml"
+    recipe.write_text(f"model: t5\nconfig: {t5(tmp_path)}\narch: T5ForConditionalGeneration\n"
+                      "inputs: {seq_len: 8}\nmatrix:\n  cache: [dynamic, static]\n")
+    with pytest.raises(ScanError, match="path static: a static cache is built for decoder-only models"):
+        scanner.scan(recipe, path="static")
+
+
+def test_the_shipped_seq2seq_and_audio_recipes_take_their_inputs():
+    t5_small, whisper_tiny = scanner.load_recipe("t5-small"), scanner.load_recipe("whisper-tiny")
+    assert (t5_small.kind, t5_small.inputs) == ("seq2seq", {"batch": 1, "seq_len": 128, "decoder_len": 1})
+    assert (whisper_tiny.kind, whisper_tiny.inputs) == ("whisper", {"batch": 1, "decoder_len": 4})

@@ -132,7 +132,7 @@ def _clip(model, inp: dict, path) -> dict:
 
 def _seq2seq(model, inp: dict, path) -> dict:
     """The encoder's (right-padded) text and the decoder's prompt: what generate's first step runs."""
-    return {**_encoder(model, inp, path), **_decoder_prompt(model, inp)}
+    return {**_encoder(model, inp, path), **_decoder_prompt(model, inp, path)}
 
 
 def _whisper(model, inp: dict, path) -> dict:
@@ -141,7 +141,7 @@ def _whisper(model, inp: dict, path) -> dict:
     cfg, batch = model.config, int(inp["batch"])
     frames = 2 * cfg.max_source_positions  # the two convolutions halve it to the positions
     features = torch.empty(batch, cfg.num_mel_bins, frames, dtype=model.dtype, device="meta")
-    return {"input_features": features, **_decoder_prompt(model, inp)}
+    return {"input_features": features, **_decoder_prompt(model, inp, path)}
 
 
 def _audio_encoder(model, inp: dict, path) -> dict:
@@ -150,8 +150,11 @@ def _audio_encoder(model, inp: dict, path) -> dict:
     return {"input_values": samples}
 
 
-def _decoder_prompt(model, inp: dict) -> dict:
+def _decoder_prompt(model, inp: dict, path) -> dict:
     """``decoder_len`` decoder tokens, the first the decoder start token, with the cache generate keeps."""
+    if path is not None and path.cache == "static":
+        raise ScanError(f"path {path.name}: a static cache is built for decoder-only models; an encoder-decoder "
+                        "scan keeps generate's dynamic self- and cross-attention cache: drop the cache axis")
     cfg, batch, length = model.config, int(inp["batch"]), int(inp["decoder_len"])
     vocab = cfg.get_text_config(decoder=True).vocab_size
     ids = _ids(batch, length, vocab, fill_from=3)

@@ -344,6 +344,11 @@ def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = No
     except (ValueError, ImportError) as e:
         raise ScanError(f"path {path.name}: {e}" if path else str(e), where=recipe.source) from None
     scan_config.check_parameters(model, doc, str(scan_config.path_of(recipe.config)))
+    if device == "meta" and any(p.device.type != "meta" for p in model.parameters()):
+        # a parameter made outside the device context (Wav2Vec2's masked_spec_embed, a CPU
+        # torch.Tensor(...)): on the meta device too, or its forward mixes devices and its
+        # errors name the CPU
+        model.to("meta")
     return model.eval()
 
 
