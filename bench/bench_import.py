@@ -166,7 +166,7 @@ def one_run(trace: Path, tmp: Path, rep: int, gz: Path | None) -> dict:
     from casedb.ingest.save import import_paths, prepare
     from casedb.store.database import Store
     from importers import kineto
-    from importers.files import read_bytes
+    from casedb.files import read_bytes
     from importers.kineto import paused_gc
 
     res: dict = {}

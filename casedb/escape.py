@@ -2,7 +2,8 @@
 
 A name, reason or error message is data wherever casedb writes it: it must never become a YAML
 key, a Markdown heading or an HTML comment. ``export``, ``triage update``/``import`` and
-``report --markdown`` write such text through these functions only.
+``report --markdown`` write such text through these functions only (a YAML scalar:
+``importers.yaml_manifest.yaml_scalar``, beside the reader it must read back through).
 """
 
 from __future__ import annotations
@@ -10,31 +11,16 @@ from __future__ import annotations
 import re
 import textwrap
 
-import yaml
-
 # What a YAML reader refuses in a stream (PyYAML: anything outside \t, \n, \r, printable ASCII,
 # \x85 and U+00A0 up) or reads as a line break (\r, \n, \x85, U+2028, U+2029), and the bidi
 # controls that reorder what a reader sees: shown as escapes in comments and Markdown.
 _UNSAFE = re.compile("[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u202a-\u202e\u2066-\u2069]")
-# The line breaks a YAML reader knows (a scalar holding one is written on one line, escaped).
-_BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
 
 
 def visible(text: str) -> str:
     """``text`` with line breaks, control characters and bidi controls written as escapes (``\\n``,
     ``\\x1b``, ``\\u2028``): one line, shown as it is."""
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
-
-
-def yaml_scalar(value) -> str:
-    """A one-line YAML scalar that reads back as ``value``: plain where that reads back the same,
-    else quoted; text with a line break or a control character double-quoted, every such
-    character escaped."""
-    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
-    text = text.removesuffix("\n").removesuffix("\n...").strip()
-    if _BREAKS.search(text):  # a multi-line scalar, or one a reader folds (\x85, U+2028): one line, escaped
-        text = yaml.safe_dump(value, default_style='"', allow_unicode=True, width=1 << 30).strip()
-    return text
 
 
 def yaml_comment(text: str, indent: int = 0, width: int | None = 100) -> list[str]:

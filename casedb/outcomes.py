@@ -59,6 +59,9 @@ UNEXPECTED = frozenset(o.name for o in OUTCOMES if o.unexpected)
 FAILING = frozenset(o.name for o in OUTCOMES if o.failing)    # crashed, timeout, error, failed
 PASSING = frozenset(o.name for o in OUTCOMES if o.passed)     # xpassed, passed
 COUNT_KEYS = {o.name: o.key for o in OUTCOMES}
+# The longest time limit a case may have (the `timeout` outcome's bound, in seconds): beyond a week
+# is a typo, and pytest-timeout cannot arm 1e30 s. `casedb run --timeout` and triage entries both keep to it.
+MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
 def severity(name: str) -> int:

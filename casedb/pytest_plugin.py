@@ -38,7 +38,7 @@ import pytest
 from casedb.cases import marks as marks_mod
 from casedb.errors import CasedbError
 from casedb.outcomes import UNEXPECTED
-from casedb.run.console import clean
+from casedb.console import clean
 from casedb.run.controller import Controller
 from casedb.run.runspec import field_default, negative, spec_fields
 from casedb.run.session import (MARK_GIVEN, NO_EXPR, Cases, item_param, listing_only, spec_dest,
@@ -49,6 +49,11 @@ from casedb.run.worker import Worker
 
 _CASES = pytest.StashKey[Cases]()
 _WORKER = pytest.StashKey[Worker]()
+_TRACE_LOG = pytest.StashKey[bool]()
+# torch's structured-trace logger: DEBUG records with empty messages, meant for TORCH_TRACE's own
+# handler. pytest (>= 8) attaches its capture to every logger that does not propagate, so each
+# failing case showed ~25 empty "DEBUG torch.__trace" lines; off for the session unless TORCH_TRACE.
+TRACE_LOGGER = "torch.__trace"
 
 
 class CasedbHooks:
@@ -182,6 +187,12 @@ def _has_markexpr(args) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    if not os.environ.get("TORCH_TRACE"):
+        import logging
+
+        trace = logging.getLogger(TRACE_LOGGER)
+        config.stash[_TRACE_LOG] = trace.disabled
+        trace.disabled = True
     for name, doc in marks_mod.DERIVED.items():
         config.addinivalue_line("markers", f"{name}: {doc} (casedb derived mark)")
     workerinput = getattr(config, "workerinput", None)
@@ -201,6 +212,13 @@ def pytest_configure(config):
         worker = Worker(cases)
         config.stash[_WORKER] = worker
         config.pluginmanager.register(worker, "casedb-worker")
+
+
+def pytest_unconfigure(config):
+    if _TRACE_LOG in config.stash:
+        import logging
+
+        logging.getLogger(TRACE_LOGGER).disabled = config.stash[_TRACE_LOG]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -225,6 +243,11 @@ def pytest_collection_modifyitems(session, config, items):
     cases = config.stash.get(_CASES, None)
     if cases is None or not cases.spec.markexpr or not any(item_param(item) is not None for item in items):
         return
+    from casedb.run.selection import item_marks
+
+    problem = marks_mod.absent_derived(cases.spec.markexpr, [item_marks(it) for it in cases.plan()])
+    if problem:  # a derived mark no case has: say so, not "N deselected"
+        raise pytest.UsageError(problem)
     if not (config.getini("strict_markers") or getattr(config.option, "strict_markers", False)):
         return
     registered = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}

@@ -96,7 +96,7 @@ _NODES = re.compile(rb'"nodes"\s*:\s*\[')
 def sniff(path, head: bytes | str) -> bool:
     """True if the file is an Execution Trace (JSON with ``schema`` and ``nodes``)."""
     data = head_bytes(path, head)
-    return bool(_HEAD.search(data) and _NODES.search(data))
+    return bool(_HEAD.search(data) and _NODES.search(data)) or (b'"nodes"' in data and b'"schema"' in data)
 
 
 _FIX = ("record it again with torch.profiler.ExecutionTraceObserver().register_callback(path) "

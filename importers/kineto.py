@@ -61,7 +61,9 @@ def sniff(path, head: bytes | str) -> bool:
     data = head_bytes(path, head)
     if not data and str(path).endswith(".gz"):
         return str(path).endswith(".pt.trace.json.gz")
-    return bool(_KINETO_HEAD.search(data[:_SNIFF_BYTES]) or _LEGACY_HEAD.match(data[:4096]))
+    # (a "traceEvents" key in another spelling still reads as one: its parse error names the format)
+    return bool(_KINETO_HEAD.search(data[:_SNIFF_BYTES]) or _LEGACY_HEAD.match(data[:4096])
+                or b'"traceEvents"' in data[:_SNIFF_BYTES])
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -349,9 +351,9 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, dtype: str 
     """Yield casedb records for the operator calls in a Kineto trace (see module docstring).
 
     level: "top" keeps the outermost operator of each nest, "leaf" the innermost ones.
-    max_bytes: cap on the (decompressed) file size, default ``importers.files.MAX_INPUT_BYTES``.
+    max_bytes: cap on the (decompressed) file size, default ``casedb.files.MAX_INPUT_BYTES``.
     dtype: the element dtype of Tensor[] arguments (cat's list) in calls without another tensor
-    argument; default: the trace's dominant floating dtype (:func:`dominant_dtype`).
+    argument; default: the trace's dominant floating dtype (:func:`importers.kineto_args.dominant_dtype`).
     Identical calls are aggregated into one record whose ``count`` is the number of calls and
     whose ``where`` is the first of them (``<path>:event <index in traceEvents>``).
     """

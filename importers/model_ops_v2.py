@@ -46,7 +46,8 @@ _SNIFF = re.compile(r"^test_suite_config\s*:", re.M)
 
 
 def sniff(path: Path, head: str) -> bool:
-    return bool(_SNIFF.search(head))
+    """True for a YAML file with a top-level ``test_suite_config:``."""
+    return Path(path).suffix.lower() in (".yaml", ".yml") and bool(_SNIFF.search(head))
 
 
 class _File:

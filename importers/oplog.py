@@ -29,7 +29,7 @@ import re
 import zlib
 from typing import Any, Iterable, Iterator, TextIO
 
-from .files import read_bytes
+from casedb.files import read_bytes
 from .trace_values import TraceFormatError, contiguous, value_input
 
 __all__ = ["parse", "write", "sniff", "DTYPE_CODES"]
@@ -82,8 +82,8 @@ class _Symbolic(Exception):
 def sniff(path, head: bytes | str) -> bool:
     """True if the file is an operator_inp_logs text file (first line ``Operator: ...``)."""
     if isinstance(head, str):
-        return head.lstrip().startswith("Operator: ")
-    return head.lstrip().startswith(b"Operator: ")
+        return head.lstrip().startswith("Operator:")
+    return head.lstrip().startswith(b"Operator:")
 
 
 # ----------------------------------------------------------------------------- reading
@@ -222,7 +222,7 @@ def parse(path, *, symbols: dict[str, int] | None = None, max_bytes: int | None 
     """Yield casedb records for an operator_inp_logs file (one per ``cnt`` line).
 
     symbols: values for symbolic sizes (``{"s0": 128}``) of dynamic-shape logs.
-    max_bytes: cap on the file size, default ``importers.files.MAX_INPUT_BYTES``.
+    max_bytes: cap on the file size, default ``casedb.files.MAX_INPUT_BYTES``.
     """
     path = str(path)
     fix = "each call is 'cnt: <n>, ((<args>), {<kwargs>})' under an 'Operator: <ns>.<op>.<overload>' line"

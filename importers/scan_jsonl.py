@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from importers import files
+from casedb import files
 
 FORMAT_VERSION = 1
 HEADER_KEYS = ("model", "level", "phase")
@@ -24,7 +24,8 @@ RECORD_TYPES = ("case", "skipped")
 
 
 def sniff(path: Path, head: str) -> bool:
-    return head.lstrip().startswith('{"casedb_scan"')
+    """True for a ``.jsonl`` file, or one whose first line is a scan header."""
+    return Path(path).name.lower().endswith(".jsonl") or head.lstrip().startswith('{"casedb_scan"')
 
 
 def _json(line: str, path: Path, number: int):

@@ -18,7 +18,7 @@ import msgspec
 import orjson
 
 from casedb.errors import InputError
-from importers.files import read_bytes, read_head
+from casedb.files import read_bytes, read_head
 
 
 class TraceFormatError(ValueError):
@@ -150,7 +150,7 @@ def tensor_input(type_name: str, shape, stride=None, storage_offset: int = 0) ->
 
 
 def load_json(path, what: str, fix: str, max_bytes: int | None = None) -> Any:
-    """Read a ``.json`` / ``.json.gz`` file (a regular file, size-capped: :mod:`importers.files`);
+    """Read a ``.json`` / ``.json.gz`` file (a regular file, size-capped: :mod:`casedb.files`);
     a truncated or corrupt one raises TraceFormatError."""
     return _decode(_read(path, fix, max_bytes), str(path), what, fix)
 

@@ -24,10 +24,10 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
+from casedb import files
 from casedb.cases.input_specs import MAX_RANK, MAX_TENSOR_LIST
 from casedb.errors import InputError
 from casedb.names import did_you_mean, model_key
-from importers import files
 
 try:
     from yaml.cyaml import CParser
@@ -364,3 +364,18 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
         line = getattr(case, "line", None)
         yield {"type": "case", "model": name, "case": case, "count": 1,
                "where": f"{path}:{line}" if line else str(path)}
+
+
+# The line breaks a YAML reader knows (a scalar holding one is written on one line, escaped).
+_BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
+
+
+def yaml_scalar(value) -> str:
+    """A one-line YAML scalar that reads back as ``value``: plain where that reads back the same,
+    else quoted; text with a line break or a control character double-quoted, every such
+    character escaped."""
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
+    text = text.removesuffix("\n").removesuffix("\n...").strip()
+    if _BREAKS.search(text):  # a multi-line scalar, or one a reader folds (\x85, U+2028): one line, escaped
+        text = yaml.safe_dump(value, default_style='"', allow_unicode=True, width=1 << 30).strip()
+    return text

@@ -1,6 +1,4 @@
-import hashlib
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -9,7 +7,9 @@ import pytest
 import torch  # noqa: F401
 from typer.testing import CliRunner
 
-DATA = Path(__file__).parent / "data"
+# (rows, sha256_of, write_sql: importable from here too for tests written before tests/helpers.py;
+# new tests import them from tests.helpers)
+from tests.helpers import DATA, import_manifests, rows, sha256_of, write_sql  # noqa: F401
 
 
 @pytest.fixture
@@ -36,29 +36,17 @@ def cli(db_path):
     return invoke
 
 
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+@pytest.fixture
+def imported_db(cli, tmp_path, db_path):
+    """The test's DB with manifests in it: ``imported_db({"m.yaml": TEXT, ...}, *import_args)``
+    writes them into tmp_path, imports them with one ``casedb import`` (which must succeed) and
+    returns the DB's path."""
 
+    def make(manifests: dict[str, str], *args) -> Path:
+        import_manifests(cli, tmp_path, manifests, *args)
+        return db_path
 
-def rows(db, sql: str, params=()) -> list[dict]:
-    """The rows a query returns from a casedb file, as dicts (read-only; a fresh connection)."""
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql, list(params))]
-    finally:
-        con.close()
-
-
-def write_sql(db, *statements: str) -> None:
-    """Run statements on a database as a hand with sqlite3 would (foreign keys off, no casedb)."""
-    con = sqlite3.connect(db)
-    try:
-        for s in statements:
-            con.execute(s)
-        con.commit()
-    finally:
-        con.close()
+    return make
 
 
 # The suite never touches the real default DB (data/casedb.sqlite): tests/test_model_ops.py, the

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from tests import helpers
+
 MANIFEST_A = """\
 model: model_a
 default: {dtype: bf16, rtol: 1.0e-2, atol: 1.0e-2}
@@ -79,10 +81,7 @@ RUN2 = {
 
 def import_manifests(cli, tmp_path: Path) -> None:
     for name, text in (("model_a.yaml", MANIFEST_A), ("model_b.yaml", MANIFEST_B)):
-        path = tmp_path / name
-        path.write_text(text, encoding="utf-8")
-        result = cli("import", path)
-        assert result.exit_code == 0, result.output
+        helpers.import_manifests(cli, tmp_path, {name: text})
 
 
 def occurrences(db_path: Path) -> dict:

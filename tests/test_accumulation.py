@@ -149,6 +149,7 @@ def test_softmax_with_another_normaliser_order_passes_and_an_unnormalised_one_fa
     assert verdict(c, ex, e / (pairwise * 1.0001)).outcome == "failed"
 
 
+@pytest.mark.slow
 def test_a_conv_whose_bias_is_added_after_rounding_passes_and_a_lost_bias_fails():
     c = case("torch.nn.functional.conv1d", T([1, 512, 64], "bfloat16"), T([512, 1, 4], "bfloat16"),
              T([512], "bfloat16"), padding=3, groups=512)
@@ -207,6 +208,7 @@ def test_gpt_oss_topk_of_tied_bf16_logits_may_take_any_tied_expert():
     assert smallest[1].tolist() == [[0, 2]]
 
 
+@pytest.mark.slow
 def test_a_sum_too_large_to_upcast_is_judged_at_its_terms_magnitude(monkeypatch):
     # inductor's CUDA sum of granite4h's 268 M float32 values (2 GiB in float64: no upcast
     # reference) was 443 elements over rtol at cancelled results, a summation order
@@ -312,6 +314,7 @@ def test_a_cuda_bf16_matmul_failure_names_cublas_reduced_precision_setting(bf16_
     assert "cuBLAS" not in verdict(c, ex, summed).reason
 
 
+@pytest.mark.slow
 def test_inductors_cpu_layer_norm_of_extremal_values_passes():
     """A real inductor (CPU) layer_norm on the extremal variant of a SigLIP case: its mean and variance
     of 1,152 one-signed values around 4.3e9 are float32 sums taken lane by lane, 11 ULPs of the terms'

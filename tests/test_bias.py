@@ -7,7 +7,7 @@ import torch
 
 from casedb.judge import bias
 from casedb.mutation.mutants import truncate
-from tests.conftest import rows
+from tests.helpers import rows
 
 
 def _values(n=4096, seed=0, dtype=torch.float32):

@@ -81,6 +81,7 @@ def test_run_label_is_stored_like_runs_label(cli, project):
     assert [(r["run_id"], r["label"]) for r in cli.json("runs", "--label", "nightly")] == [(1, "nightly")]
 
 
+@pytest.mark.slow
 def test_plugin_says_how_many_cases_the_default_mark_filter_removed(pytester, cli, db_path, monkeypatch):
     pytester.makefile(".yaml", big=(
         "model: big\ndefault: {dtype: fp16}\ncases:\n  - name: big4d\n    op: torch.relu\n    inputs:\n"
@@ -113,7 +114,7 @@ def test_show_takes_a_four_character_prefix_and_refuses_an_ambiguous_name(cli, p
 
 
 def test_an_xfail_reason_is_said_once(cli, project, db_path):
-    from tests.conftest import rows
+    from tests.helpers import rows
 
     assert run(cli, "--backend", "casedb_zeros", "-k", "add_ok").exit_code == 1
     assert cli("triage", "update", "--from-run", 1).exit_code == 0  # the entry's reason: the failure's

@@ -88,7 +88,7 @@ def test_the_bring_up_loop(cli, db_path, tmp_path, monkeypatch):
     assert causes == {("torch.rsqrt", 3), ("torch.nn.functional.softmax", 2), ("torch.add", 1)}
 
     # 2. triage update --group: one known_failure entry per cause, op-wide where the run shows it holds
-    upd = cli("triage", "update", "--group", "--from-run", s1["run_id"])
+    upd = cli("triage", "update", "--group", "--with-passing", "--from-run", s1["run_id"])
     assert upd.exit_code == 0, upd.output
     path = tmp_path / "triage" / "triage.yaml"
     t = triage.load([path])
@@ -123,7 +123,7 @@ def test_the_bring_up_loop(cli, db_path, tmp_path, monkeypatch):
     s5 = json.loads(fixed.stdout)
     assert (s5["xpassed"], s5["triage"]["remove"]) == (6, 6)
     before = path.read_text()
-    upd = cli("triage", "update", "--group", "--from-run", s5["run_id"])
+    upd = cli("triage", "update", "--group", "--with-passing", "--from-run", s5["run_id"])
     assert upd.exit_code == 0, upd.output
     assert flat(upd.stderr).count("removed (passes now)") == 3
     deleted, inserted = chunks(before.splitlines(), path.read_text().splitlines())

@@ -68,6 +68,7 @@ def count(svg, css):
     return len(svg.find_elements(By.CSS_SELECTOR, css))
 
 
+@pytest.mark.slow
 def test_pass_rate_chart_renders(served, browser):
     browser.get(served.url + "/-/dashboards/casedb")
     svg = chart(browser, "pass-rate-over-runs")
@@ -84,6 +85,7 @@ def test_pass_rate_chart_renders(served, browser):
     assert (ARTIFACTS / "pass-rate-chart.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_pass_rate_chart_of_one_model(served, browser):
     browser.get(served.url + "/-/dashboards/casedb?model=model_b")
     svg = chart(browser, "pass-rate-over-runs")
@@ -94,9 +96,37 @@ def test_pass_rate_chart_of_one_model(served, browser):
     assert count(chart(browser, "failures-by-op"), ".mark-rect.role-mark path") == 0
 
 
+@pytest.mark.slow
 def test_pass_rate_view_links_to_the_chart(served, browser):
     browser.get(served.url + "/casedb/model_pass_rates")
     link = browser.find_element(By.LINK_TEXT, "Chart: pass rate over runs")
     link.click()
     assert chart(browser, "pass-rate-over-runs")
     assert browser.current_url == served.url + "/-/dashboards/casedb"
+
+
+def test_from_a_failing_cause_to_its_case_run_and_repro(served, browser):
+    """Issue 46 item 4, in a browser: the dashboard's axes tick whole numbers, expected failures
+    are drawn apart; failures by cause -> every case of the cause -> the failure's page -> its
+    case and its run. Screenshots: artifacts/dashboard.png, artifacts/failure-page.png."""
+    browser.get(served.url + "/-/dashboards/casedb")
+    bars = chart(browser, "failures-by-op")
+    ticks = [t.text for t in bars.find_elements(By.CSS_SELECTOR, ".role-axis-label text") if t.text.isdigit()]
+    assert ticks == sorted(set(ticks)) == ["0", "1"]  # not "0 1 1"
+    outcomes = chart(browser, "outcomes-over-runs")
+    assert {"expected failure", "unexpected failure", "passed"} <= set(texts(outcomes))
+    ARTIFACTS.mkdir(exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+    browser.get(served.url + "/casedb/failures_by_cause")
+    browser.find_element(By.LINK_TEXT, "1").click()  # the cause's count: every case of it
+    assert "/casedb/cause_cases?" in browser.current_url
+    browser.find_element(By.PARTIAL_LINK_TEXT, "casedb repro").click()
+    assert "/casedb/repro?judgement=" in browser.current_url
+    page = browser.find_element(By.TAG_NAME, "body").text
+    assert "model_a::a_silu" in page and "failed at 0.5" in page and "run 2 on cpu/inductor" in page
+    assert browser.save_screenshot(str(ARTIFACTS / "failure-page.png"))
+    browser.find_element(By.LINK_TEXT, "the run").click()
+    assert browser.current_url.endswith("/casedb/runs/2")
+    browser.back()
+    browser.find_element(By.LINK_TEXT, "the case and its inputs").click()
+    assert "/casedb/cases/" in browser.current_url and "bf16[1, 11, 5760]" in browser.page_source

@@ -209,6 +209,7 @@ def test_fresh_dynamo_state_per_case():
         assert judge(ex, rtol=0, atol=0).outcome == "passed"
 
 
+@pytest.mark.slow
 def test_custom_ops():
     load_custom_ops()
     ex = run_case(case("torch.ops.casedb_test.sleep", T([4]), {"value": 0.2}))

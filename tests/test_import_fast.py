@@ -9,7 +9,7 @@ import pytest
 
 from importers import execution_trace, kineto, trace_values
 from importers.trace_values import TraceFormatError
-from tests.conftest import DATA
+from tests.helpers import DATA
 
 TRACES = DATA / "traces"
 # Every record of each fixture at both levels, as the importers gave them before the typed

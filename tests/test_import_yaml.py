@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import rows, sha256_of
+from tests.helpers import rows, sha256_of
 
 BROKEN = ["syntax_error", "unknown_dtype", "negative_dim", "unknown_preset", "forbidden_py", "forbidden_skip_if",
           "unknown_key"]
@@ -264,6 +264,7 @@ def test_merge_keys_follow_the_yaml_spec(loader, tmp_path):
     assert dict(got["one"]) == {"y": 3, "z": 5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", _loaders(), ids=lambda c: c.__name__)
 def test_shipped_manifests_load_as_safe_loader_reads_them(data_dir, loader):
     import yaml

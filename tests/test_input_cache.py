@@ -261,6 +261,7 @@ def judged(db_path, run_id: int) -> list:
     return rows
 
 
+@pytest.mark.slow
 def test_a_run_judges_the_same_with_and_without_cached_inputs(cli, db_path, tmp_path):
     (tmp_path / "m.yaml").write_text(MANIFEST)
     assert cli("import", tmp_path / "m.yaml").exit_code == 0

@@ -10,7 +10,7 @@ import pytest
 from casedb.judge import numerics
 from casedb.judge.verdict import judge
 from casedb.run.execute import run_case
-from tests.conftest import rows
+from tests.helpers import rows
 from tests.test_numerics import perturbed
 
 SIG = "ef" * 32

@@ -37,6 +37,7 @@ def ptr(pytester, tmp_path, monkeypatch):
     return pytester
 
 
+@pytest.mark.slow
 def test_junit_report_carries_their_capability_properties(ptr):
     res = ptr.runpytest("test_from_casedb.py", "--model", "toy-v2", "--device", "cpu", "--compile-backend", "eager",
                         "-m", "", "-k", "torch.mul.1 or torch.getitem.1", "--junitxml", "report.xml")

@@ -66,7 +66,7 @@ def test_a_backend_slower_on_matmul_is_flagged_there_only_and_noise_is_not(cli, 
 
 def test_measured_figures_round_trip_through_the_db_report_and_json(cli, perf_db):
     run = cli.json("run", "--device", "cpu", "--backend", "eager", "-m", "", "--measure", "--measure-budget", "0.2",
-                   "-k", "mm or add")
+                   "--op", "torch.mm", "--op", "torch.add")
     con = sqlite3.connect(perf_db)
     stored = {op: json.loads(m)["latency"] for op, m in con.execute(
         "SELECT c.op, r.metrics FROM results r JOIN cases c USING (signature) WHERE r.run_id = ?", [run["run_id"]])}

@@ -55,6 +55,7 @@ def test_same_case_same_bytes_and_pinned_values():
     assert digest(a) == GOLDEN_DIGEST, "generated values changed: every stored result would move"
 
 
+@pytest.mark.slow
 def test_values_do_not_depend_on_cpu_kernels():
     # torch's float32 normal kernel differs between AVX2/AVX512 and the default (ARM, s390x ...) build;
     # casedb's generation must not.

@@ -6,6 +6,8 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers import import_manifests
+
 # One case per bug class, float32 (a 0.1 % or 16-ULP error is far outside float32's tolerance).
 # Which mutant changes which case follows from the mutants' rules (see EXPECTED).
 TINY = """\
@@ -107,13 +109,12 @@ def rows(db, sql, params=()):
 @pytest.fixture(scope="module")
 def tiny_db(tmp_path_factory):
     d = tmp_path_factory.mktemp("mutants")
-    (d / "tiny.yaml").write_text(TINY)
     db = d / "cases.db"
-    res = invoke(db, "import", d / "tiny.yaml")
-    assert res.exit_code == 0, res.output
+    import_manifests(lambda *args: invoke(db, *args), d, {"tiny.yaml": TINY})
     return db
 
 
+@pytest.mark.slow
 def test_every_mutant_over_a_tiny_model(tiny_db):
     """One command, every mutant (one test: the 14 runs are its cost, paid once under -n 2)."""
     from casedb.mutation import harness, mutants  # noqa: F401 (mutants: registers the bugs)
@@ -161,6 +162,7 @@ def test_every_mutant_over_a_tiny_model(tiny_db):
     assert [json.loads(n["note"]) for n in notes] == [{"name": "none", "changed": False, "base": "eager"}] * 7
 
 
+@pytest.mark.slow
 def test_user_mutants_through_import_caught_and_surviving(tiny_db, tmp_path):
     path = tmp_path / "my_bugs.py"
     path.write_text(USER_MUTANTS)
@@ -199,6 +201,7 @@ def test_user_mutants_through_import_caught_and_surviving(tiny_db, tmp_path):
     assert "nudged survives: tiny::add_bcast: torch.add(fp32[4, 100], fp32[100]) passed" in flat
 
 
+@pytest.mark.slow
 def test_the_base_reaches_worker_processes(tiny_db):
     """-j 1: the mutants run in a pytest-xdist worker, which gets the base from the environment."""
     res = invoke(tiny_db, "mutants", "--model", "tiny", "--mutant", "zeros", "--backend", "aot_eager", "-j", "1",

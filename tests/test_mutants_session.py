@@ -5,7 +5,7 @@ import json
 import os
 
 import pytest
-from conftest import rows
+from tests.helpers import rows
 
 TINY = """\
 model: tiny
@@ -29,13 +29,11 @@ cases:
 
 
 @pytest.fixture
-def tiny_db(cli, db_path, tmp_path):
-    (tmp_path / "tiny.yaml").write_text(TINY)
-    res = cli("import", tmp_path / "tiny.yaml")
-    assert res.exit_code == 0, res.output
-    return db_path
+def tiny_db(imported_db):
+    return imported_db({"tiny.yaml": TINY})
 
 
+@pytest.mark.slow
 def test_every_backend_runs_in_the_same_worker(cli, tiny_db, tmp_path):
     """-j 1: one worker process starts (imports the --import module once) and runs the control
     and both mutants; each backend's results go to its own run, --limit counting cases."""
@@ -68,6 +66,7 @@ def test_every_backend_runs_in_the_same_worker(cli, tiny_db, tmp_path):
     assert (nan_inf["executed"], nan_inf["survivors"], nan_inf["failed_unchanged"]) == (2, [], [])
 
 
+@pytest.mark.slow
 def test_the_control_reads_no_triage_file(cli, tiny_db, tmp_path, monkeypatch):
     """A ./triage/*.yaml that excludes a case and expects another to fail leaves every run alone."""
     (tmp_path / "triage").mkdir()

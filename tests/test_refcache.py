@@ -176,6 +176,7 @@ cases:
 """
 
 
+@pytest.mark.slow
 def test_a_rerun_takes_its_references_from_the_cache_and_says_so(cli, db_path, tmp_path):
     (tmp_path / "m.yaml").write_text(MANIFEST)
     assert cli("import", tmp_path / "m.yaml").exit_code == 0

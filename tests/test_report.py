@@ -6,7 +6,7 @@ import pytest
 import sqlite_utils
 
 from tests import runs_data
-from tests.conftest import rows
+from tests.helpers import rows
 
 def repro(db_path, name: str, run_id: int = 2) -> str:
     """The repro command a report shows: the case by signature prefix (a name can hold anything),

@@ -84,13 +84,9 @@ def _fake(x):
 
 
 @pytest.fixture
-def db(cli, tmp_path, db_path):
+def db(imported_db, tmp_path):
     torch.save(torch.arange(6, dtype=torch.float16).reshape(2, 3) / 7, tmp_path / "weights.pt")
-    (tmp_path / "rich.yaml").write_text(RICH)
-    (tmp_path / "other.yaml").write_text(OTHER)
-    res = cli("import", tmp_path / "rich.yaml", tmp_path / "other.yaml")
-    assert res.exit_code == 0, res.output
-    return db_path
+    return imported_db({"rich.yaml": RICH, "other.yaml": OTHER})
 
 
 @pytest.fixture
@@ -159,6 +155,7 @@ def test_script_needs_only_torch(cli, db, tmp_path):
     assert imported - {"torch"} <= set(sys.stdlib_module_names), imported
 
 
+@pytest.mark.slow
 def test_passing_case_runs_with_plain_python(cli, db, tmp_path):
     path = write_repro(cli, tmp_path, "rich::residual", "--device", "cpu", "--backend", "eager")
     done = run_script(path)
@@ -166,6 +163,7 @@ def test_passing_case_runs_with_plain_python(cli, db, tmp_path):
     assert done.stdout.splitlines()[-1] == "OK: torch.add on cpu (eager) matches the CPU reference (rtol=0.001, atol=0.001)"
 
 
+@pytest.mark.slow
 def test_inplace_op_compares_the_written_argument(cli, db, tmp_path):
     path = write_repro(cli, tmp_path, "inplace", "--device", "cpu", "--backend", "eager")
     assert runpy.run_path(str(path), run_name="repro")["WRITES"] == ["args[0]"]
@@ -173,6 +171,7 @@ def test_inplace_op_compares_the_written_argument(cli, db, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_wrong_backend_result_is_reproduced(cli, db, tmp_path, data_dir):
     path = write_repro(cli, tmp_path, "rich::residual", "--device", "cpu", "--backend", "casedb_test_perturb",
                        "--import", data_dir / "custom_ops.py")
@@ -183,6 +182,7 @@ def test_wrong_backend_result_is_reproduced(cli, db, tmp_path, data_dir):
             "(100%) exceed atol=0.001 + rtol=0.001*|ref|") in done.stderr
 
 
+@pytest.mark.slow
 def test_custom_op_from_an_import_line_reproduces_its_failure(cli, db, tmp_path, wrong_ops):
     # judged by tolerance (given): no high-precision call comes between the reference's call and the target's
     path = write_repro(cli, tmp_path, "wrong", "--device", "cpu", "--backend", "eager", "--import", wrong_ops,

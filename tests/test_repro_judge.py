@@ -1,5 +1,5 @@
-"""`casedb repro --run N` reproduces what run N judged (issue 28): its target, its --import
-modules (relative paths, never absolute ones), its judge (ULPs and bias as well as tolerance)
+"""`casedb repro --run N` reproduces what run N judged (issue 28): its target, the --import
+modules given again (relative paths, never absolute ones), its judge (ULPs and bias as well as tolerance)
 and its tolerances; the script exits 1 exactly when the run failed the case."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def run_and_repro(cli, project, backend: str) -> tuple[int, subprocess.Completed
                "--no-progress", "--json")
     run_id = __import__("json").loads(done.stdout)["run_id"]
     script = project / f"repro_{backend}.py"
-    made = cli("repro", "ulp::add_f32", "--run", run_id, "-o", script)
+    # the run's --import given again: repro never imports what a database names
+    made = cli("repro", "ulp::add_f32", "--run", run_id, "--import", "ulp_backend", "-o", script)
     assert made.exit_code == 0, made.output
     # the script runs where it was written, casedb made unimportable: it needs torch only
     code = ("import runpy, sys; sys.modules['casedb'] = None; "
@@ -49,6 +50,7 @@ def run_and_repro(cli, project, backend: str) -> tuple[int, subprocess.Completed
     return done.exit_code, ran, script.read_text()
 
 
+@pytest.mark.slow
 def test_a_case_failing_only_by_ulps_fails_its_repro_and_the_fixed_backend_passes(cli, project):
     run_rc, ran, text = run_and_repro(cli, project, "casedb_ulp_off")
     assert run_rc == 1  # every element is 16 ULPs off: within rtol/atol, outside the ULP judge
@@ -71,6 +73,7 @@ def test_a_case_failing_only_by_ulps_fails_its_repro_and_the_fixed_backend_passe
     assert str(project) not in text
 
 
+@pytest.mark.slow
 def test_the_shown_repro_command_names_the_run(cli, project):
     run_rc, _, _ = run_and_repro(cli, project, "casedb_ulp_off")
     report = cli.json("report")
@@ -110,6 +113,7 @@ cases:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sort_ids", "sum_rows", "mean_rows", "softmax_f32"])
 def test_what_a_gpu_computes_differently_passes_in_the_run_and_in_its_repro(cli, tmp_path, monkeypatch, name):
     # the repro carries casedb.judge.ties and .accumulation: it judges as the run did
@@ -122,7 +126,8 @@ def test_what_a_gpu_computes_differently_passes_in_the_run_and_in_its_repro(cli,
     summary = __import__("json").loads(done.stdout)
     assert (done.exit_code, summary["executed"], summary["passed"]) == (0, 1, 1), done.output
     script = tmp_path / f"repro_{name}.py"
-    assert cli("repro", f"gpu::{name}", "--run", summary["run_id"], "-o", script).exit_code == 0
+    assert cli("repro", f"gpu::{name}", "--run", summary["run_id"], "--import", "gpu_like_backend",
+               "-o", script).exit_code == 0
     code = ("import runpy, sys; sys.modules['casedb'] = None; "
             f"runpy.run_path({script.name!r}, run_name='__main__')")
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -13,7 +13,7 @@ from casedb.judge.verdict import judge
 from casedb.run import execute
 from casedb.judge.numerics import Policy
 from casedb.store.database import Store
-from tests.conftest import rows, sha256_of
+from tests.helpers import rows, sha256_of
 
 DIALECT = Path(__file__).parent / "data" / "rfc_dialect"
 INVALID = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rows
+from tests.helpers import rows
 
 RA = """\
 model: ra
@@ -347,6 +347,7 @@ def test_known_crashes_and_timeouts_are_read_under_triage(cli, db_path, tmp_path
     assert got["sleeps"]["duration"] < 30
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_runs_every_case_exactly_once(cli, db_path, tmp_path, data_dir):
     cases = "\n".join(f"""  - name: nap{i}
     op: torch.ops.casedb_test.sleep

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import runs_data
-from conftest import rows, sha256_of
+from tests.helpers import rows, sha256_of
 
 
 def test_runs_lists_newest_first_with_target_and_label(cli, tmp_path, db_path):

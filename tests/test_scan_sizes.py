@@ -148,6 +148,7 @@ CHECKED = {
 }
 
 
+@pytest.mark.slow
 def test_check_lists_cases_whose_sizes_cannot_fit(cli, db_path):
     report = cli.json("import", MISFIT)
     assert report["files"][0]["warnings"] == [
@@ -165,6 +166,6 @@ def test_check_lists_cases_whose_sizes_cannot_fit(cli, db_path):
 
 
 def _judged(db_path: Path) -> list[dict]:
-    from tests.conftest import rows
+    from tests.helpers import rows
 
     return rows(db_path, "SELECT mc.name, j.outcome FROM judgements j JOIN model_cases mc ON mc.id = j.model_case_id")

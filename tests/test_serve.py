@@ -50,10 +50,11 @@ def canned(served, name, **params):
 def test_latest_failures_and_regressions(served):
     db = served.db_path
     silu = {"run_id": 2, "model": "model_a", "case_name": "a_silu", "op": "torch.nn.functional.silu",
-            "inputs": "bf16[1, 11, 5760]", "dtype": "bfloat16", "outcome": "failed", "error_type": "AssertionError",
+            "inputs": "bf16[1, 11, 5760]", "dtype": "bfloat16", "outcome": "failed", "stage": None,
+            "reason": "failed at 0.5", "cause": "failed", "error_type": "AssertionError",
             "error_message": "max abs error 0.5 exceeds tolerance", "max_abs_err": 0.5, "rtol": 0.01, "atol": 0.01,
             "repro": repro_command(db, "model_a", "a_silu"),
-            "judgement_id": judgement_id(db, 2, "model_a", "a_silu")}
+            "judgement_id": judgement_id(db, 2, "model_a", "a_silu"), "signature": signature(db, "model_a", "a_silu")}
     assert canned(served, "latest_failures") == [silu]
     # an earlier run on request: run 1 failed a_mul (a_softmax xfailed: expected, not listed)
     assert [(r["run_id"], r["case_name"], r["outcome"]) for r in canned(served, "latest_failures", run=1)] == [
@@ -73,7 +74,8 @@ def test_canned_queries_do_not_shadow_tables(served):
     tables = {t["name"] for t in database["tables"]} | {v["name"] for v in database["views"]}
     queries = {q["name"] for q in database["queries"]}
     assert queries == {"latest_failures", "failures_by_cause", "latest_regressions", "pass_rate_by_model", "slowest_cases",
-                       "model_cases_by_op", "repro", "blocking_ops", "model_op_matrix"}
+                       "model_cases_by_op", "repro", "blocking_ops", "model_op_matrix", "cause_cases",
+                       "explained_causes"}
     assert {"verdicts", "model_pass_rates", "op_pass_rates", "regressions", "run_summaries"} <= tables
     assert not queries & tables
     # the regressions view, every run, page by page
@@ -143,12 +145,14 @@ def test_failure_links_to_its_repro_command(served):
     command = repro_command(served.db_path, "model_a", "a_silu")
     assert (f'<a href="/casedb/repro?judgement={jid}" title="the error this command reproduces">'
             f"<code>{command}</code></a>") in html
-    assert canned(served, "repro", judgement=jid) == [{
-        "command": command, "run_id": 2, "device": "cpu",
-        "backend": "inductor", "model": "model_a", "case_name": "a_silu", "op": "torch.nn.functional.silu",
-        "inputs": "bf16[1, 11, 5760]", "dtype": "bfloat16", "outcome": "failed", "reason": "failed at 0.5",
-        "rtol": 0.01, "atol": 0.01, "max_abs_err": 0.5, "max_rel_err": 1.0, "error_type": "AssertionError",
-        "error_message": "max abs error 0.5 exceeds tolerance", "traceback": None}]
+    sig = signature(served.db_path, "model_a", "a_silu")
+    assert {r["field"]: r["value"] for r in canned(served, "repro", judgement=jid)} == {
+        "command": command, "case": "model_a::a_silu", "inputs": "bf16[1, 11, 5760] (bfloat16)",
+        "run": "run 2 on cpu/inductor", "outcome": "failed", "reason": "failed at 0.5",
+        "cause": "torch.nn.functional.silu: failed", "error": "AssertionError: max abs error 0.5 exceeds tolerance",
+        "tolerance": "rtol 0.01, atol 0.01", "max error": "abs 0.5, rel 1.0"}
+    assert {r["field"]: r["link"] for r in canned(served, "repro", judgement=jid) if r["link"]}["case"] == (
+        '{"path":"cases/' + sig + '"}')
 
 
 def test_tensor_specs_render_readably(served):
@@ -235,8 +239,8 @@ def test_pass_rate_chart_has_a_series_per_target_and_leaves_mutant_runs_out(tmp_
         rows = server.json("/casedb.json?" + urllib.parse.urlencode({"sql": sql, "_shape": "array"}))
         status, html = server.get("/-/dashboards/casedb")
     assert [(r["run_id"], r["model"], r["target"]) for r in rows] == [
-        (2, "model_a", "cpu/eager"), (2, "model_b", "cpu/eager"), (1, "model_a", "cpu/inductor"),
-        (1, "model_b", "cpu/inductor")]
+        (2, "model_a", "cpu/eager · all models"), (2, "model_b", "cpu/eager · all models"),
+        (1, "model_a", "cpu/inductor · all models"), (1, "model_b", "cpu/inductor · all models")]
     assert charts["charts"]["pass-rate-over-runs"]["display"]["encoding"]["strokeDash"]["field"] == "target"
     assert '<option value="eager" >eager</option>' in html and '<option value="inductor" >inductor</option>' in html
 

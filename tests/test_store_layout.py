@@ -8,7 +8,7 @@ import json
 from casedb.ingest.save import import_paths
 from casedb.run.plan import build_plan
 from casedb.store.database import Store
-from tests.conftest import rows
+from tests.helpers import rows
 
 MANIFEST = """\
 model: tiny

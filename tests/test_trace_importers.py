@@ -15,7 +15,7 @@ import pytest
 
 from importers import detect, execution_trace, kineto, op_schema, oplog
 from importers.trace_values import PROFILER_DTYPES, SCALAR_TYPES, TraceFormatError
-from tests.conftest import DATA, sha256_of
+from tests.helpers import DATA, sha256_of
 
 TRACES = DATA / "traces"
 LLAMA_K = TRACES / "llama_tiny_forward.kineto.json"
@@ -96,6 +96,7 @@ def test_top_level_hides_nested_calls_and_leaf_shows_them():
     assert not leaf & {"torch.ops.aten.linear.default", "torch.ops.aten.matmul.default", "torch.ops.aten.mm.default"}
 
 
+@pytest.mark.slow
 def test_live_profile_of_a_transformers_model_kineto_equals_et(tmp_path):
     """Profile a tiny GPT-2 (random weights) now, with both profilers, and import both files."""
     torch = pytest.importorskip("torch")
@@ -419,7 +420,7 @@ def test_format_detection():
 
 
 def test_gzip_is_known_by_its_bytes_not_its_name(tmp_path):
-    """One reader (importers.files) for sniffing and parsing: a gzip trace saved without .gz,
+    """One reader (casedb.files) for sniffing and parsing: a gzip trace saved without .gz,
     and a plain one saved with it, both detect and import."""
     shutil.copy(LLAMA_ET, tmp_path / "et_trace.json")
     (tmp_path / "kineto_trace.json.gz").write_bytes(LLAMA_K.read_bytes())

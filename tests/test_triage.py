@@ -12,7 +12,7 @@ from casedb.judge import numerics
 from casedb import triage
 from casedb.errors import InputError
 from tests import runs_data
-from tests.conftest import DATA, sha256_of
+from tests.helpers import DATA, sha256_of
 
 TRIAGE = DATA / "triage"
 CPU = {"device": "cpu", "backend": "inductor", "arch": None}
@@ -303,7 +303,7 @@ def test_update_round_trip_keeps_comments_and_order(cli, runs_db, tmp_path):
     path.write_text((TRIAGE / "bringup.yaml").read_text())
     run = runs_data.record_run(runs_db, BRINGUP_RUN)
     before = sha256_of(runs_db)
-    result = cli("triage", "update", "--from-run", run, path)
+    result = cli("triage", "update", "--with-passing", "--from-run", run, path)
     assert result.exit_code == 0, result.output
     assert path.read_text() == UPDATED.format(run=run)
     assert sha256_of(runs_db) == before
@@ -320,7 +320,7 @@ def test_update_round_trip_keeps_comments_and_order(cli, runs_db, tmp_path):
                         "a_softmax": "expected_pass", "a_mul": "expected_pass", "b_rsqrt": "expected_pass"}
     assert triage.check([path], runs_db) == []
     # the same run again proposes nothing: the file stays as it is
-    again = triage.propose(runs_db, run, path)
+    again = triage.propose(runs_db, run, path, with_passing=True)
     assert not again.changed and again.text == path.read_text()
 
 
@@ -330,7 +330,7 @@ def test_update_lists_regressions_keeps_partial_known_failures_and_never_loosens
                            "  - {model: model_a, status: known_failure, rtol: 0.5}  # the whole model\n")
     run = runs_data.record_run(runs_db, {**BRINGUP_RUN, ("model_b", "b_residual"): ("failed", 0.2),
                                          ("model_a", "a_add"): ("failed", 0.2)})
-    prop = triage.propose(runs_db, run, path, scope=("device", "backend"))
+    prop = triage.propose(runs_db, run, path, scope=("device", "backend"), with_passing=True)
     assert prop.regressions == [("model_a::a_add", f"{path}:2"), ("model_b::b_residual", f"{path}:2")]
     assert prop.kept == [(f"{path}:3", f"2 of its 3 cases pass in run {run}: narrow it to the failing ones")]
     assert prop.removed == [] and prop.rewritten == [] and prop.added == []
@@ -363,7 +363,7 @@ cases:
     result = cli(*faulty, "--backend", "casedb_test_faulty", "--import", TRIAGE / "faulty_backend.py")
     assert result.exit_code == 1, result.output
     path = tmp_path / "faulty.yaml"
-    assert cli("triage", "update", "--from-run", 1, path, "--scope", "device").exit_code == 0  # (default: + backend)
+    assert cli("triage", "update", "--with-passing", "--from-run", 1, path, "--scope", "device").exit_code == 0  # (default: + backend)
     t = triage.load([path])
     assert [(e.selectors, e.status, e.stage, e.reason) for e in t.entries] == [
         ({"model": "tiny", "name": "mul_1", "device": "cpu"}, "known_failure", "compile: backend compiler",
@@ -376,7 +376,7 @@ cases:
     control = cli("run", "--model", "tiny", "--device", "cpu", "-j", "0", "--no-progress", "--json",
                   "--backend", "eager")
     assert control.exit_code == 0, control.output
-    prop = triage.propose(db_path, 2, path, scope=("device",))
+    prop = triage.propose(db_path, 2, path, scope=("device",), with_passing=True)
     assert prop.removed == [t.entries[0].where, t.entries[1].where]
     assert prop.promoted == [{"op": "torch.mul", "device": "cpu", "status": "expected_pass"},
                              {"op": "torch.rsqrt", "device": "cpu", "status": "expected_pass"}]
@@ -498,12 +498,12 @@ def test_update_refuses_a_bad_file_and_fills_an_empty_list(cli, runs_db, tmp_pat
     flow = write(tmp_path, "cases: [{op: torch.add, status: expected_pass}]\n", "flow.yaml")
     for path, message in ((typo, f"{typo}:5: unknown key 'staus'"), (flow, f"{flow}:1: triage update edits a block")):
         before = path.read_text()
-        result = cli("triage", "update", "--from-run", run, path)
+        result = cli("triage", "update", "--with-passing", "--from-run", run, path)
         assert result.exit_code == 2
         assert message in result.stderr
         assert path.read_text() == before
     empty = write(tmp_path, "# nothing triaged yet\nversion: 1\ncases: []\n", "empty.yaml")
-    result = cli("triage", "update", "--from-run", run, empty, "--scope", "none", "-o", "-")
+    result = cli("triage", "update", "--with-passing", "--from-run", run, empty, "--scope", "none", "-o", "-")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("# nothing triaged yet\nversion: 1\ncases:\n  # casedb triage update --from-run")
     assert empty.read_text() == "# nothing triaged yet\nversion: 1\ncases: []\n"  # -o -: printed, not written
@@ -512,7 +512,7 @@ def test_update_refuses_a_bad_file_and_fills_an_empty_list(cli, runs_db, tmp_pat
         ("known_failure", {"model": "model_a", "name": "a_silu"}),
         ("expected_pass", {"op": "torch.add"}), ("expected_pass", {"op": "torch.mul"}),
         ("expected_pass", {"op": "torch.nn.functional.softmax"}), ("expected_pass", {"op": "torch.rsqrt"})]
-    assert cli("triage", "update", "--from-run", run, empty, "--scope", "gpu").exit_code == 2
+    assert cli("triage", "update", "--with-passing", "--from-run", run, empty, "--scope", "gpu").exit_code == 2
 
 
 def test_update_reads_the_arch_the_run_resolved(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rows, sha256_of
+from tests.helpers import rows, sha256_of
 
 pytest_plugins = ("pytester",)
 
@@ -43,10 +43,8 @@ def judged(db, run_id):
 
 
 @pytest.fixture
-def tiny(cli, tmp_path, db_path):
-    (tmp_path / "tiny.yaml").write_text(TINY)
-    assert cli("import", tmp_path / "tiny.yaml").exit_code == 0
-    return db_path
+def tiny(imported_db):
+    return imported_db({"tiny.yaml": TINY})
 
 
 def test_bring_up_known_failures_then_the_fix(cli, tiny, tmp_path):
@@ -56,7 +54,7 @@ def test_bring_up_known_failures_then_the_fix(cli, tiny, tmp_path):
     assert (s["failed"], s["errors"], s["triage"]) == (1, 1, {"new": 2, "unspecified": 2, "remove": 0})
     path = tmp_path / "triage" / "bringup.yaml"
     # scoped to the device only (the default names the backend too), so that other backends' runs read it
-    assert cli("triage", "update", "--from-run", s["run_id"], "-o", path, "--scope", "device").exit_code == 0
+    assert cli("triage", "update", "--with-passing", "--from-run", s["run_id"], "-o", path, "--scope", "device").exit_code == 0
     # the rerun with the file: every failure is known, nothing unexpected
     again = cli(*RUN, *FAULTY, "--triage", path)
     assert again.exit_code == 0, again.output
@@ -114,6 +112,7 @@ cases:
         "skipped", "no rsqrt on this target", "not_supported")
 
 
+@pytest.mark.slow
 def test_the_pytest_front_end_applies_the_same_statuses(pytester, tiny, tmp_path, monkeypatch):
     (pytester.path / "triage").mkdir()
     (pytester.path / "triage" / "t.yaml").write_text("""\
@@ -132,6 +131,7 @@ cases:
     res.stdout.fnmatch_lines(["*SKIPPED*no rsqrt here*", "*XFAIL*mul is not lowered yet (issue 12)*"])
 
 
+@pytest.mark.slow
 def test_an_unusable_target_with_triage_files_is_reported_by_the_cases(pytester, tiny, monkeypatch):
     # triage is read at collection for the target; a target that cannot be prepared must not
     # end the session with an INTERNALERROR there: the first case reports why and stops it

@@ -30,7 +30,7 @@ def flat(text: str) -> str:
 def test_update_scopes_new_entries_to_the_runs_device_and_backend(cli, runs_db, tmp_path):
     run = runs_data.record_run(runs_db, {("model_a", "a_mul"): ("failed", 0.25), ("model_b", "b_rsqrt"): ("passed", 1e-5)})
     path = tmp_path / "t.yaml"
-    assert cli("triage", "update", "--from-run", run, path).exit_code == 0
+    assert cli("triage", "update", "--with-passing", "--from-run", run, path).exit_code == 0
     t = triage.load([path])
     assert [(e.selectors, e.status) for e in t.entries] == [
         ({"model": "model_a", "name": "a_mul", "device": "cpu", "backend": "inductor"}, "known_failure"),
@@ -40,7 +40,7 @@ def test_update_scopes_new_entries_to_the_runs_device_and_backend(cli, runs_db, 
     assert t.entry_for(occ["a_mul"], EAGER) is None and t.entry_for(occ["b_rsqrt"], EAGER) is None
     # --scope device: the device's every backend, as before
     wide = tmp_path / "wide.yaml"
-    assert cli("triage", "update", "--from-run", run, wide, "--scope", "device").exit_code == 0
+    assert cli("triage", "update", "--with-passing", "--from-run", run, wide, "--scope", "device").exit_code == 0
     assert triage.load([wide]).entry_for(occ["a_mul"], EAGER).status == "known_failure"
 
 
@@ -60,18 +60,19 @@ def test_a_known_failures_pass_names_the_target_and_cautions_an_entry_naming_no_
 def test_update_json_with_output_to_stdout_is_one_object_holding_the_text(cli, runs_db, tmp_path):
     run = runs_data.record_run(runs_db, {("model_a", "a_mul"): ("failed", 0.25)})
     path = tmp_path / "t.yaml"
-    res = cli("triage", "update", "--from-run", run, path, "-o", "-", "--json")
+    res = cli("triage", "update", "--with-passing", "--from-run", run, path, "-o", "-", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)  # (the YAML is not printed beside it)
-    prop = triage.propose(runs_db, run, path)
+    prop = triage.propose(runs_db, run, path, with_passing=True)
     assert out == {**prop.to_dict(), "written": None, "text": prop.text}
     assert [a["name"] for a in out["added"]] == ["a_mul"] and out["text"].startswith("version: 1\ncases:\n")
     assert not path.exists()
     # written to a file: the JSON says where, and holds no text
-    res = cli("triage", "update", "--from-run", run, path, "--json")
+    res = cli("triage", "update", "--with-passing", "--from-run", run, path, "--json")
     assert json.loads(res.stdout) == {**prop.to_dict(), "written": str(path)} and path.read_text() == prop.text
 
 
+@pytest.mark.slow
 def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path, monkeypatch):
     (tmp_path / "tiny.yaml").write_text(TINY)
     assert cli("import", tmp_path / "tiny.yaml").exit_code == 0
@@ -79,7 +80,7 @@ def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path,
     first = cli(*RUN, *FAULTY, "--json")
     assert first.exit_code == 1
     (tmp_path / "triage").mkdir()
-    assert cli("triage", "update", "--from-run", json.loads(first.stdout)["run_id"]).exit_code == 0
+    assert cli("triage", "update", "--with-passing", "--from-run", json.loads(first.stdout)["run_id"]).exit_code == 0
     mine = tmp_path / "triage" / "triage.yaml"
     # eager on the cpu, the faulty backend's file found in ./triage: said so, and nothing read of it
     eager = cli(*RUN, "--backend", "eager")
@@ -97,6 +98,7 @@ def test_a_run_says_which_triage_files_it_loaded_and_how(cli, tmp_path, db_path,
     assert cli(*RUN, *FAULTY).exit_code == 0
 
 
+@pytest.mark.slow
 def test_the_pytest_front_end_says_which_triage_files_it_loaded(pytester, cli, tmp_path, db_path, monkeypatch):
     (tmp_path / "tiny.yaml").write_text(TINY)
     assert cli("import", tmp_path / "tiny.yaml").exit_code == 0

@@ -14,7 +14,7 @@ import yaml
 from casedb.cases import materialize, ops, presets
 from casedb.store.database import Store
 from importers import model_ops_v2
-from tests.conftest import rows, sha256_of
+from tests.helpers import rows, sha256_of
 
 V2 = Path(__file__).parent / "data" / "v2"
 TOY = V2 / "toy-v2.yaml"
@@ -71,6 +71,7 @@ def test_v2_config_imports_every_input_kind(cli, db_path):
     assert json.loads(defaults) == {"seed": 123}
 
 
+@pytest.mark.slow
 def test_v2_fixture_runs_eager_on_cpu_without_failures(cli, db_path, tmp_path):
     assert cli("import", TOY).exit_code == 0
     r = cli("run", "--model", "toy-v2", "--device", "cpu", "--backend", "eager", "-j", "1", "--no-progress",
@@ -271,6 +272,7 @@ def test_export_import_round_trip_keeps_every_signature(cli, db_path, tmp_path):
     assert [t["mode"] for t in modes["files"][0]["tests"]] == ["mandatory_success", "skip", "xfail"]
 
 
+@pytest.mark.slow
 def test_exported_shipped_model_is_a_valid_v2_file(cli, db_path, tmp_path):
     assert cli("import", Path("manifests/granite4h.yaml")).exit_code == 0
     out = tmp_path / "granite4h.yaml"
@@ -295,6 +297,7 @@ def test_exported_shipped_model_is_a_valid_v2_file(cli, db_path, tmp_path):
 
 # ----------------------------------------------------------------------------------- v1 regressions
 
+@pytest.mark.slow
 def test_v1_dunders_and_tensor_list_spelling_import_and_run(cli, db_path):
     r = cli("import", V2 / "v1-dunders.yaml")
     assert r.exit_code == 0, r.output

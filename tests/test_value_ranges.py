@@ -11,7 +11,7 @@ import torch
 
 from casedb.cases import value_ranges
 from casedb.cases.materialize import prepare
-from tests.conftest import rows
+from tests.helpers import rows
 
 SOFTMAX = {"op": "torch.nn.functional.softmax", "signature": "50f7" * 16, "dtype": "float32",
            "inputs": [{"tensor": {"shape": [4, 300]}}], "attrs": {"dim": -1}}
@@ -77,6 +77,7 @@ def test_extremal_inputs_as_generated():
     assert torch.isfinite(flat[1:8]).all() and b[::8].isinf().sum() == 2
 
 
+@pytest.mark.slow
 def test_a_softmax_overflow_is_caught_only_by_the_extremal_variant():
     from casedb.judge import numerics
     from casedb.mutation import mutants  # noqa: F401  (registers the backends)
@@ -111,6 +112,7 @@ cases:
 """
 
 
+@pytest.mark.slow
 def test_variants_are_separate_results_of_the_same_case(cli, db_path, tmp_path):
     (tmp_path / "m.yaml").write_text(MANIFEST)
     assert cli("import", tmp_path / "m.yaml").exit_code == 0
@@ -202,7 +204,7 @@ cases:
     report = json.loads(cli("report", "--run", 1, "--json").stdout)
     assert report["reference_faults"] == [{"op": "torch.ops.casedb_test.gelu_inf_fault", "inputs": "bf16[4]",
                                            "dtype": "bfloat16", "outcome": "passed", "elements": 1, "models": "faults"}]
-    assert cli("repro", "faults::gelu", "--run", 1, "-o", "repro.py").exit_code == 0
+    assert cli("repro", "faults::gelu", "--run", 1, "--import", "custom_ops.py", "-o", "repro.py").exit_code == 0
     ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          check=False)
     assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -19,6 +19,28 @@ ERROR_TYPES = ("RuntimeError", "ValueError", "TypeError", "AssertionError", "Ind
 _DEVICE = re.compile(r"^(cpu|cuda|xpu|mps|meta|hpu|spyre|privateuseone|[a-z_]+)(:\d+)?$")
 
 
+# Markers pytest and common plugins give behaviour to: a case mark of that name would become the
+# marker itself (a failing case skipped, xfailed, parametrized...). The pytest plugin also drops,
+# at run time, any stored mark that another plugin of that session registers (casedb.run.worker).
+PYTEST_MARKERS = frozenset({
+    "skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings", "tryfirst", "trylast",
+    "hookwrapper", "optionalhook", "timeout", "anyio", "asyncio", "hypothesis", "xdist_group", "benchmark",
+    "flaky", "forked", "repeat", "order", "run", "dependency", "django_db", "no_cover"})
+# casedb's own marks of each model's cases (casedb.names.model_mark)
+MODEL_MARK_PREFIX = "model_"
+
+
+def reserved_mark(name: str) -> str | None:
+    """Why ``name`` cannot be a case's own mark (None: it can)."""
+    if name in PYTEST_MARKERS:
+        return (f"mark {name!r} is a pytest marker: on a case it would make pytest {name} it (a failure skipped "
+                "or hidden); rename the mark (e.g. case_" + name + "), or use skip_if / xfail_if")
+    if name.startswith(MODEL_MARK_PREFIX):
+        return (f"mark {name!r}: marks starting with {MODEL_MARK_PREFIX!r} are casedb's own, one per model "
+                "(-m model_<name> selects a model's cases); rename the mark")
+    return None
+
+
 def marks_of(value) -> list[str]:
     if value is None:
         return []
@@ -31,6 +53,9 @@ def marks_of(value) -> list[str]:
             continue
         if not isinstance(m, str) or not marks_mod.is_mark_name(m):
             raise ValueError(f"mark {m!r} is not a valid pytest marker name (letters, digits, _)")
+        why = reserved_mark(m)
+        if why:
+            raise ValueError(why)
         if m not in out:
             out.append(m)
     return out

@@ -291,7 +291,7 @@ def _file(body, ctx: InputContext, label: str) -> dict:
     (unless ``--allow-outside``), a regular file within the size cap, loaded ``weights_only``."""
     import torch
 
-    from importers import files
+    from casedb import files
 
     path_text = body.get("path") if isinstance(body, dict) else body
     if not isinstance(path_text, str) or not path_text.strip():

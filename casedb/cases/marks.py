@@ -13,6 +13,9 @@ element of a tensor list):
   (``attrs``) do not count.
 * ``paddedtensor`` — a tensor whose last dimension is not a multiple of 64 (the Spyre stick
   size, so the backend must pad it). 0-d tensors are not padded.
+* ``noncontiguous`` / ``transposed`` / ``broadcast`` / ``offset`` — a tensor's layout
+  (:func:`casedb.cases.layout.tensor_layout`): ``noncontiguous`` for a strided, transposed or
+  broadcast one (what ``Tensor.is_contiguous()`` says no to), and the word itself for the last three.
 
 Hand-written marks from a manifest are kept beside these (on the model occurrence).
 """
@@ -23,6 +26,7 @@ import itertools
 import re
 
 from casedb.cases import dtypes
+from casedb.cases.layout import tensor_layout
 
 DERIVED = {
     "paddedtensor": "tensors whose last dimension is not a multiple of 64 (need padding)",
@@ -30,7 +34,14 @@ DERIVED = {
     "fp32operation": "tests for fp32 operations",
     "bf16operation": "tests for bfloat16 operations",
     "constant": "tests for operations with constants",
+    "noncontiguous": "a tensor input that is not contiguous: strided, transposed or broadcast",
+    "transposed": "a tensor input stored with its dimensions permuted (dense, not row-major)",
+    "broadcast": "a tensor input expanded along a dimension (stride 0)",
+    "offset": "a tensor input that starts past the beginning of its storage",
 }
+# The derived marks an input's layout gives (casedb.cases.layout): offset views are contiguous.
+LAYOUT_MARKS = {"strided": ("noncontiguous",), "transposed": ("noncontiguous", "transposed"),
+                "broadcast": ("noncontiguous", "broadcast"), "offset": ("offset",), "contiguous": ()}
 # The RFC's pytest.ini addopts: what model-op tests exclude unless -m says otherwise.
 DEFAULT_EXCLUDE = "not largedimtensor and not fp32operation and not bf16operation and not constant"
 STICK = 64
@@ -61,6 +72,7 @@ def derive(inputs: list, attrs: dict) -> list[str]:
             marks.add("largedimtensor")
         if shape and shape[-1] % STICK != 0:
             marks.add("paddedtensor")
+        marks.update(LAYOUT_MARKS[tensor_layout(t)])
     computes = dtypes.promote_floating(t["dtype"] for t in tensors)
     if computes is None:
         for v in list(attrs.values()) + [s.get("value") for s in inputs if "value" in s]:
@@ -84,6 +96,26 @@ def derive(inputs: list, attrs: dict) -> list[str]:
 
 def _is_number(text: str) -> bool:
     return text in ("True", "False", "inf", "-inf", "nan") or bool(re.fullmatch(r"-?[0-9.e+-]+", text))
+
+
+def absent_derived(markexpr: str, marks_per_case) -> str | None:
+    """What to say when ``markexpr`` matches none of the cases (each an iterable of marks) and
+    names derived marks that none of them carries (None: it matches some, or names none)."""
+    try:
+        expr = MarkExpression(markexpr)
+    except ValueError:  # a syntax error: the expression's own check says so
+        return None
+    present = set()
+    for marks in marks_per_case:
+        if expr.matches(marks):
+            return None
+        present.update(marks)
+    absent = sorted((expr.idents() & set(DERIVED)) - present)
+    if not absent:
+        return None
+    what = "; ".join(f"{name!r} ({DERIVED[name]})" for name in absent)
+    return (f"-m {markexpr!r} selects no case: no case here has the derived mark {what}. "
+            "casedb cases -m '' lists the cases with their marks")
 
 
 # What an expression may hold: pytest's parser recurses per `not` and parenthesis (10^5 of them:

@@ -13,14 +13,13 @@ Every error names the place (``file:line``), the case and what is allowed.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from casedb import names
-from casedb.cases import dtypes, expectations, marks as marks_mod, safe_eval, signature as sig_mod
+from casedb.cases import bounds, dtypes, expectations, marks as marks_mod, safe_eval, signature as sig_mod
 from casedb.cases.input_specs import INPUT_KINDS, InputContext, read_input, value_item
 from casedb.errors import InputError
 
@@ -87,10 +86,10 @@ def normalize_defaults(defaults: Any, where: str | None) -> dict:
         if defaults.get("dtype") is not None:
             out["dtype"] = dtypes.canonical(defaults["dtype"])
         if defaults.get("seed") is not None:
-            out["seed"] = _int(defaults["seed"], "seed")
+            out["seed"] = bounds.check_seed(defaults["seed"])
         for k in ("rtol", "atol"):
             if defaults.get(k) is not None:
-                out[k] = _tol(defaults[k], k)
+                out[k] = bounds.check_tolerance(defaults[k], f"'{k}'")
     except (ValueError, dtypes.UnknownDtype) as e:
         raise InputError(f"in 'default': {e}", where=where) from None
     return out
@@ -122,7 +121,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
     """Validate one case mapping and return its normalized form (raises InputError).
 
     ``file:`` inputs are read from below `base_dir` only, unless `allow_outside`; `max_bytes`
-    caps each such file (default ``importers.files.MAX_INPUT_BYTES``). `safe_ops`: the ops
+    caps each such file (default ``casedb.files.MAX_INPUT_BYTES``). `safe_ops`: the ops
     this import found safe already (not checked again; an op that passes is added)."""
     where = _where(source, case, where)
     if not isinstance(case, dict):
@@ -135,7 +134,7 @@ def normalize_case(case: Any, defaults: dict, *, source: str | None = None, wher
         op, declared, ctx = _op_and_context(case, defaults, source, base_dir, allow_outside, max_bytes, safe_ops)
         inputs = _inputs(case, ctx)
         attrs = _attrs(case, ctx)
-        seed = _int(case["seed"], "seed") if case.get("seed") is not None else None
+        seed = bounds.check_seed(case["seed"]) if case.get("seed") is not None else None
         occurrence = _occurrence(case)
         key = sig_mod.signature(op, inputs, attrs, seed)
     except UnicodeEncodeError as e:  # a lone surrogate in op, inputs or attrs (signing encodes them)
@@ -217,11 +216,11 @@ def _attrs(case: dict, ctx: InputContext) -> dict:
 
 def _occurrence(case: dict) -> dict:
     """The fields of :class:`Normalized` that belong to the case's occurrence in its model."""
-    if "count" in case and (isinstance(case["count"], bool) or not isinstance(case["count"], int) or case["count"] < 1):
-        raise ValueError(f"'count' (calls of this case in the model) must be a positive integer, got {case['count']!r}")
+    if "count" in case:
+        bounds.check_count(case["count"])
     # the case's own tolerance only: the rest is casedb.judge.numerics' (per compared dtype, at run time)
-    out = {"rtol": _tol(case["rtol"], "rtol") if case.get("rtol") is not None else None,
-           "atol": _tol(case["atol"], "atol") if case.get("atol") is not None else None,
+    out = {"rtol": bounds.check_tolerance(case["rtol"], "'rtol'") if case.get("rtol") is not None else None,
+           "atol": bounds.check_tolerance(case["atol"], "'atol'") if case.get("atol") is not None else None,
            "marks": expectations.marks_of(case.get("marks")),
            "skip_if": expectations.conditions(case.get("skip_if"), "skip_if"),
            "xfail": expectations.xfail(case.get("xfail_if"), case.get("xfail_reason")),
@@ -241,20 +240,3 @@ def computed_dtype(inputs: list, attrs: dict, case_dtype: str) -> str:
     else (no tensors) the case's own dtype."""
     tensors = list(marks_mod.iter_tensors(inputs, attrs))
     return dtypes.promote_floating(t["dtype"] for t in tensors) or (tensors[0]["dtype"] if tensors else case_dtype)
-
-
-def _int(v, label):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"'{label}' must be an integer, got {v!r}")
-    return v
-
-
-def _tol(v, label):
-    if isinstance(v, str):
-        try:
-            v = float(v)
-        except ValueError:
-            raise ValueError(f"'{label}' must be a number, got {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or math.isnan(v):
-        raise ValueError(f"'{label}' must be a non-negative number, got {v!r}")
-    return float(v)

@@ -4,6 +4,7 @@ Each command imports the library module it calls (see casedb.cli.common)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import List, Optional
@@ -12,10 +13,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+import importers
 from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, open_db, stdout
 from casedb.errors import CasedbError
 from casedb.read import tables
 from casedb.read.tables import Format
+
 
 def _import_options(level: str | None, dtype: str | None, sym: list[str] | None) -> dict:
     """The importers' options from --level, --dtype and --sym (a bad one: exit 2)."""
@@ -40,7 +43,7 @@ def _import_options(level: str | None, dtype: str | None, sym: list[str] | None)
 @app.command("import")
 def import_cmd(
     paths: List[Path] = typer.Argument(..., help="Manifests, scan JSONL or traces; folders are expanded."),
-    format: Optional[str] = typer.Option(None, "--format", "-f", help="Force a format: yaml, scan, kineto, et, oplog."),
+    format: Optional[str] = typer.Option(None, "--format", "-f", help=importers.help_text()),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (required for traces; overrides the file's)."),
     level: Optional[str] = typer.Option(None, "--level", help="Trace nesting: top (default, what the model called) or leaf."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Kineto traces: the dtype of Tensor[] elements (cat's "
@@ -115,32 +118,49 @@ def models_cmd(
 CASE_KEYS = ("model", "name", "op", "signature", "shapes", "dtype", "marks", "count", "rtol", "atol", "description")
 
 
-@app.command("cases")
-def cases_cmd(
-    model: Optional[List[str]] = typer.Option(None, "--model", help="Only these models (repeatable)."),
-    op: Optional[list[str]] = typer.Option(
-        None, "--op", help="Only cases of this op (exact or substring; repeatable: cases of any of them)."),
-    keyword: Optional[str] = typer.Option(None, "-k", help="Keyword expression as pytest's -k: substrings of case "
-                                                           "name, op or model with and/or/not."),
-    markexpr: Optional[str] = typer.Option(None, "-m", help="Marker expression, e.g. 'not constant'."),
-    show_excluded: bool = typer.Option(False, "--show-excluded",
-                                       help="Show the cases the marker expression (default: the RFC's) excludes."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Show at most N."),
-    fmt: Optional[Format] = typer.Option(None, "--format", help="table, plain (tab-separated rows) or json; default: "
-                                                                 "a table on a terminal, plain rows in a pipe."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-):
-    """List case occurrences."""
-    rows = from_store(lambda store: store.occurrences(model, op=op, keyword=keyword, markexpr=markexpr,
-                                                      show_excluded=show_excluded), errors=(CasedbError, ValueError))
-    rows = rows[:limit] if limit else rows
+def cases_cmd(**options):
+    """List case occurrences: what `casedb run` with the same selection options runs."""
+    from casedb.cases.layout import input_layouts
+    from casedb.run.runspec import RunSpec
+    from casedb.run.selection import selected_occurrences
+
+    fmt, as_json, show_excluded = options.pop("fmt"), options.pop("as_json"), options.pop("show_excluded")
+    try:
+        spec = RunSpec(**options).validate()
+    except CasedbError as e:
+        fail(e)
+    rows, tests = from_store(lambda store: selected_occurrences(store, spec, excluded=show_excluded),
+                             errors=(CasedbError, ValueError))
     if as_json:
-        emit_json([{k: r[k] for k in CASE_KEYS} for r in rows])
+        emit_json([{**{k: r[k] for k in CASE_KEYS}, "layouts": input_layouts(r["inputs"], r["attrs"])} for r in rows])
         return
     shown = [{**r, "marks": ",".join(r["marks"]), "sig": r["signature"][:12]} for r in rows]
     tables.emit(shown, ("model", "name", "op", "shapes", "marks", "sig"), console=console, fmt=fmt,
                 headers={"shapes": "inputs"})
-    err_console.print(f"{len(rows)} cases")
+    runs = "" if tests == len(rows) or show_excluded else f" ({tests} unique: the tests casedb run makes of them)"
+    err_console.print(f"{len(rows)} cases{runs}", highlight=False)
+
+
+def _cases_signature():
+    from casedb.cli.run import option, spec_parameters
+    from casedb.run.runspec import spec_fields
+    from casedb.run.selection import SELECTION_FIELDS
+
+    helps = {"limit": "Only the first N selected cases (unique cases, as casedb run counts them)."}
+    skip = tuple(f.name for f, _ in spec_fields() if f.name not in SELECTION_FIELDS)
+    return inspect.Signature([
+        *spec_parameters(skip=skip, helps=helps),
+        option("show_excluded", bool, False, "--show-excluded",
+               help="Show the cases the marker expression (default: the RFC's) excludes."),
+        option("fmt", Optional[Format], None, "--format", help="table, plain (tab-separated rows) or json; "
+               "default: a table on a terminal, plain rows in a pipe."),
+        option("as_json", bool, False, "--json", help="Machine-readable output; `layouts`: each tensor input's "
+               "place, label and layout (contiguous, strided, transposed, offset, broadcast)."),
+    ])
+
+
+cases_cmd.__signature__ = _cases_signature()
+app.command("cases")(cases_cmd)
 
 
 @app.command("show")
@@ -149,11 +169,13 @@ def show_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """Show one case: what is executed and where each model uses it."""
+    from casedb.cases.layout import input_layouts
     from casedb.store.lookup import one_case
 
     rows = from_store(lambda store: one_case(store, name))
     first = rows[0]
     detail = {k: first[k] for k in ("signature", "op", "inputs", "attrs", "dtype", "seed", "derived_marks", "shapes")}
+    detail["layouts"] = input_layouts(first["inputs"], first["attrs"])
     detail["occurrences"] = [
         {k: r[k] for k in ("model", "name", "description", "source", "count", "marks", "rtol", "atol",
                            "skip_if", "expects_error", "xfail")}

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from casedb import __version__
 from casedb.errors import CasedbError
-from casedb.run.console import terminal
+from casedb.console import terminal
 
 app = typer.Typer(
     help="casedb: operator cases from real models, in one SQLite DB, run on any PyTorch backend.",
@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 # Data (model and case names, messages) is printed as written: never read as Rich markup or
 # emoji codes (a case named "[/m]" is a name, not a closing tag), never sent as control codes
-# (casedb.run.console.clean: a name from a database may hold ESC sequences).
+# (casedb.console.clean: a name from a database may hold ESC sequences).
 console = terminal()
 err_console = terminal(stderr=True)
 

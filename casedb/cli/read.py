@@ -10,7 +10,7 @@ import typer
 
 from casedb.cli.common import app, console, emit_json, err_console, fail, from_store, state
 from casedb.errors import CasedbError
-from casedb.run.console import clean
+from casedb.console import clean
 
 @app.command("report")
 def report_cmd(

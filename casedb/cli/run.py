@@ -145,7 +145,7 @@ def run_cmd(**options):
     from casedb.run.runspec import RunSpec
 
     resume, as_json, no_progress = options.pop("resume"), options.pop("as_json"), options.pop("no_progress")
-    label = options.pop("label")
+    label, explain = options.pop("label"), options.pop("explain")
     options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in options.items()}
     try:
         spec = RunSpec(**options)
@@ -157,6 +157,11 @@ def run_cmd(**options):
         summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)
         if label is not None:
             label_run(summary["run_id"], label)
+        if explain and summary.get("failed", 0) + summary.get("errors", 0) + summary.get("crashed", 0) > 0:
+            from casedb.explain import diagnose
+
+            summary["explanations"] = diagnose.explain(state.db, run_id=summary["run_id"], imports=tuple(spec.imports),
+                                                       jobs=spec.jobs, timeout=spec.timeout)["causes"]
     except CasedbError as e:
         fail(e)
     if as_json:
@@ -164,9 +169,10 @@ def run_cmd(**options):
     else:
         table, line = run_console.summary_tables(summary)
         console.print(table)
-        console.print(line)
+        # in a pipe a line stays one line (a terminal wraps it at words)
+        console.print(line, soft_wrap=not console.is_terminal)
         for note in run_console.summary_notes(summary):
-            err_console.print(run_console.text(note))
+            err_console.print(run_console.text(note), soft_wrap=not err_console.is_terminal)
     raise typer.Exit(1 if summary["unexpected"] or summary["status"] != "finished" else 0)
 
 
@@ -177,6 +183,8 @@ run_cmd.__signature__ = inspect.Signature([
         help="Finish run RUN_ID (its selection and target; give its --import modules again).")),
     option("label", Optional[str], None, "--label", help="Label the run (as `casedb runs label` does: "
                                                        "`casedb runs --label` finds it)."),
+    option("explain", bool, False, "--explain", help="When cases fail, explain the run (casedb explain: the "
+                                                     "condition that breaks the backend, per failure cause)."),
     option("as_json", bool, False, "--json", help="Print the summary as JSON."),
     option("no_progress", bool, False, "--no-progress", help="No progress bar."),
 ])
@@ -188,25 +196,30 @@ def repro_cmd(
     name: str = typer.Argument(..., help="Signature prefix, case name, or model::name."),
     device: Optional[str] = typer.Option(None, "--device", help="Target device written into the script (default: cuda when available, else cpu)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="Dynamo backend, or eager (default: env TEST_COMPILE_BACKEND, else inductor)."),
-    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) the script imports first (repeatable)."),
+    imports: Optional[List[str]] = typer.Option(None, "--import", help="Module (or .py file) imported here and by the "
+                                                "script first (repeatable); with --run, the run's are only named."),
     rtol: Optional[float] = typer.Option(None, "--rtol", help="Tolerance (default: the case's)."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Tolerance (default: the case's)."),
     no_device_replace: bool = typer.Option(False, "--no-device-replace", help="Keep device strings recorded in the case."),
     model: Optional[str] = typer.Option(None, "--model", help="Use this model's tolerances (when models share the case)."),
     run: Optional[int] = typer.Option(None, "--run", help="Reproduce the case as this run ran and judged it: its target, "
-                                      "--import modules, judge, values and tolerances (options given here win)."),
+                                      "judge, values and tolerances (options given here win; its --import modules "
+                                      "are named, never imported: give them with --import)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the script here (default: stdout)."),
 ):
     """Print a standalone Python script (torch only) that reproduces one case."""
     from casedb.read import repro
 
+    notes: list[str] = []
     try:
         with open_db() as store:
             script = repro.script(store, name, device=device, backend=backend, imports=list(imports or []),
                                   rtol=rtol, atol=atol, replace_device=not no_device_replace, model=model,
-                                  run=run)
+                                  run=run, notes=notes)
     except CasedbError as e:
         fail(e)
+    for note in notes:
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if output:
         output.write_text(script, encoding="utf-8")
         err_console.print(f"wrote {output}: run it with python {output}", markup=False, highlight=False)
@@ -238,4 +251,13 @@ def merge_cmd(
                       markup=False, highlight=False)
     if report.get("run_id") is not None:
         console.print(f"combined into run {report['run_id']}", highlight=False)
+    for part in report["sources"]:
+        for c in part.get("conflicting", []):
+            err_console.print(f"conflict: {c['case'] or c['signature'][:16]}: {c['outcomes'][0]} in an earlier shard, "
+                              f"{c['outcomes'][1]} in {c['source']}; kept {c['kept']}", markup=False, highlight=False,
+                              soft_wrap=True)
+    if report["conflicts"]:
+        err_console.print(f"{report['conflicts']} conflict(s): the same case or occurrence recorded otherwise by "
+                          "another source (the worse outcome kept; a case named with another signature: the "
+                          "target's kept)", markup=False, highlight=False, soft_wrap=True)
 

@@ -10,7 +10,7 @@ import typer
 from casedb.cli.common import app, console, emit_json, err_console, fail, open_db
 from casedb.errors import CasedbError
 from casedb.read.tables import Format
-from casedb.run.console import clean
+from casedb.console import clean
 
 runs_app = typer.Typer(help="Recorded runs: list them, label them, delete them.", invoke_without_command=True)
 app.add_typer(runs_app, name="runs")
@@ -29,8 +29,8 @@ def _history():
         conn.close()
 
 
-RUN_COLUMNS = ("run_id", "label", "status", "device", "backend", "started_at", "executed", "passed", "failed",
-               "errors", "xfailed", "xpassed")
+RUN_COLUMNS = ("run_id", "label", "status", "device", "backend", "front_end", "selection", "rerun_of", "triage",
+               "started_at", "duration_s", "executed", "passed", "failed", "errors", "xfailed", "xpassed")
 
 
 @runs_app.callback()
@@ -46,7 +46,9 @@ def runs_cmd(
                                               "on a terminal, plain rows in a pipe."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
 ):
-    """List runs, newest first: target, label, status and counts."""
+    """List runs, newest first: label, status, front end (casedb run, pytest, casedb mutants, merge),
+    target, selection (its shard among it), the earlier run a partial rerun re-ran part of, the
+    triage files applied, start and duration, and counts."""
     if ctx.invoked_subcommand is not None:
         return
     from casedb.store import history
@@ -59,8 +61,11 @@ def runs_cmd(
         fail(e)
     from casedb.read import tables
 
+    if not as_json and fmt is not tables.Format.json:  # a cell holds text: the triage files as a list of names
+        rows = [{**r, "triage": ", ".join(r["triage"])} for r in rows]
     tables.emit(rows, RUN_COLUMNS, console=console, fmt=tables.Format.json if as_json else fmt,
-                headers={"run_id": "run", "started_at": "started"})
+                headers={"run_id": "run", "started_at": "started", "front_end": "front end",
+                         "rerun_of": "rerun of", "duration_s": "seconds"})
 
 
 @runs_app.command("label")

@@ -69,14 +69,19 @@ def triage_update_cmd(
                                    "run of another backend reads nothing of them."),
     group: bool = typer.Option(False, "--group", help="One known_failure entry per failure cause (op x stage x first "
                                                       "error line, or a wrong result's pattern) with op-level "
-                                                      "selectors where the run shows they hold, not one per case."),
+                                                      "selectors where the run shows they hold, not one per case "
+                                                      "(cases the run did not run, e.g. on a shard, do not narrow "
+                                                      "them; where a cause gets several entries, it says why)."),
+    with_passing: bool = typer.Option(False, "--with-passing", help="Also promote unspecified cases that passed to "
+                                                                    "expected_pass entries (by default the file "
+                                                                    "holds what fails)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout: the changes, 'written' "
                                                        "(the file written, or null) and, with -o -, 'text' (the "
                                                        "new file's text, then not printed on its own)."),
 ):
     """Propose triage changes from a run, as a minimal edit of FILE: new failures become known_failure
-    (stage, first error line), known failures that pass are removed, unspecified cases that pass are
-    promoted to expected_pass. Tolerances are never loosened. The DB is only read.
+    (stage, first error line), known failures that pass are removed, and with --with-passing unspecified
+    cases that pass are promoted to expected_pass. Tolerances are never loosened. The DB is only read.
 
     Existing entries are never moved or reformatted: a removal's diff is the removed entries' lines.
     New entries are appended as one block under a comment naming the run: known failures first (by
@@ -87,7 +92,8 @@ def triage_update_cmd(
         keys = triage.scope_keys(scope)
         file, others = triage.file_to_edit(file, output)
         with open_db() as store:
-            prop = triage.propose(store, from_run, file, others=others, scope=keys, group=group)
+            prop = triage.propose(store, from_run, file, others=others, scope=keys, group=group,
+                                  with_passing=with_passing)
     except CasedbError as e:
         fail(e)
     to_stdout = output is not None and str(output) == "-"
@@ -117,6 +123,8 @@ def _print_changes(prop, written, output) -> None:
         err_console.print(f"now expected_pass (passes; tolerance kept): the entry at {where}", highlight=False, soft_wrap=True)
     for where, why in prop.kept:
         err_console.print(f"kept: the entry at {where}: {why}", highlight=False, soft_wrap=True)
+    for note in prop.notes:
+        err_console.print(f"grouped narrower: {note}", highlight=False, soft_wrap=True)
     for case, where in prop.regressions:
         err_console.print(f"regression left as it is: {case} is expected to pass ({where}) and failed",
                           highlight=False, soft_wrap=True)

@@ -7,7 +7,6 @@ transaction, so a bad file leaves the database byte-identical.
 from __future__ import annotations
 
 import gc
-import inspect
 import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -105,7 +104,7 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
     """Parse and normalize every file; returns (models, occurrences, reports). No DB access.
 
     allow_outside: read ``file:`` inputs outside the manifest's folder too. max_bytes: cap on
-    each file read (decompressed), default ``importers.files.MAX_INPUT_BYTES``."""
+    each file read (decompressed), default ``casedb.files.MAX_INPUT_BYTES``."""
     models: dict[str, ModelInfo] = {}
     occurrences: dict[tuple[str, str], Occurrence] = {}
     named_at: dict[tuple[str, str], str] = {}
@@ -131,16 +130,16 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
 
 
 def _parser(path: Path, format: str | None, model: str | None, options: dict):
-    """(format, a call that parses the file) for one file: its importer given the options it takes."""
+    """(format, a call that parses the file) for one file: its importer given the options its
+    registry row (importers.REGISTRY) says it takes; an option no format takes is refused."""
     try:
         fmt = format or importers.detect(path)
         mod = importers.module(fmt)
+        kwargs = importers.parse_options(fmt, options)
     except importers.UnknownFormat as e:
         raise InputError(str(e), where=str(path)) from None
     if fmt in importers.NEEDS_MODEL and not model:
         raise InputError(f"a {fmt} trace does not name its model: pass --model NAME", where=str(path))
-    accepted = inspect.signature(mod.parse).parameters
-    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
     return fmt, lambda: mod.parse(path, **kwargs)
 
 
@@ -207,9 +206,7 @@ class _FileReader:
 
             self.their = self.their or TheirDedupe()
             self.their.add(rec["their_key"], norm.signature)
-        count = int(rec.get("count") or 1)
-        if isinstance(rec["case"], dict) and rec["case"].get("count"):
-            count = rec["case"]["count"]
+        count = _count(rec, where, norm.name)
         if norm.name is None:
             case_name = _auto_name(norm.op, norm.signature)
             if not norm.description:
@@ -223,7 +220,8 @@ class _FileReader:
             self.named_at[(name, case_name)] = where
         key = (name, case_name)
         if key in self.occurrences:
-            self.occurrences[key].count += count
+            self.occurrences[key].count = _count({"count": self.occurrences[key].count + count}, where, case_name,
+                                                 "the calls of this case summed over the file")
         else:
             self.occurrences[key] = Occurrence(model=name, case=norm, name=case_name, source=where,
                                                count=count, position=self.position)
@@ -243,6 +241,19 @@ class _FileReader:
             self.file_model = self.models.get(model_key(name)) or ModelInfo(name=name, source=str(self.path))
             _add_model(self.models, self.file_model)
         return self.file_model.name
+
+
+def _count(rec: dict, where: str, case: str | None, what: str = "'count'") -> int:
+    """The calls a record stands for (the case's own `count`, else the importer's), bounded."""
+    from casedb.cases import bounds
+
+    count = rec["case"]["count"] if isinstance(rec.get("case"), dict) and rec["case"].get("count") else rec.get("count")
+    try:
+        if isinstance(count, float):  # an importer's tally
+            count = int(count)
+        return bounds.check_count(count or 1, what)
+    except (ValueError, OverflowError) as e:
+        raise InputError(str(e), where=where, case=case) from None
 
 
 def _check_model_name(name, where: str) -> None:

@@ -53,6 +53,8 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 # Ops whose every output element is a sum of many input terms (products of inputs), accumulated
 # in float32 (float64 for float64). Names as cases spell them.
 ACCUMULATING_OPS = frozenset({

@@ -55,6 +55,8 @@ import torch
 
 from casedb.judge.ulp import flat_chunks, ulp_scale, ulp_top
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 K = 5.0            # standard errors the mean must exceed
 FLOOR = 0.15       # ULPs the mean must exceed whatever the count (see the module docstring)
 MIN_COUNT = 64     # elements below which no mean is judged

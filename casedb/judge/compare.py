@@ -53,6 +53,8 @@ import torch
 from casedb.judge.nonfinite import excused, isinf_scalar, isnan_scalar, unmatched
 from casedb.judge.ulp import CHUNK, flat_chunks, hi_chunks, max_of, ulp_errors, ulp_of, ulp_scale, ulp_top
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 MODES = ("values", "metadata", "bits", "ulp")
 
 

@@ -20,6 +20,8 @@ from casedb.judge import numerics
 from casedb.judge.compare import Comparison, compare
 from casedb.judge.ulp import flat_chunks
 
+IN_REPRO = False  # not copied into repro scripts (casedb.read.repro reads every judge module's)
+
 TEXT_LIMIT = 2048          # error_message / traceback excerpt in to_dict()
 _MESSAGE_KEEP = 65536      # message kept for matching expects_error
 

@@ -16,6 +16,8 @@ import torch
 
 from casedb.judge.ulp import flat_chunks
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 
 def isnan_scalar(x) -> bool:
     """Whether a Python number is NaN (a complex one: either part)."""

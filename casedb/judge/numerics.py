@@ -47,7 +47,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from casedb.judge import judges
 from casedb.judge.selectors import Selector, case_norms
+
+IN_REPRO = False  # not copied into repro scripts (casedb.read.repro reads every judge module's)
 
 # torch.testing.assert_close's defaults, keyed by the compared tensor's dtype.
 DTYPE_DEFAULTS = {
@@ -58,7 +61,7 @@ DTYPE_DEFAULTS = {
     "float8_e5m2fnuz": (0.25, 1e-3),
 }
 EXACT = (0.0, 0.0)               # integers and bools: equal
-JUDGES = ("tolerance", "ulp", "both")
+JUDGES = tuple(judges.JUDGES)  # the names; each one's row: casedb.judge.judges
 DEFAULT_JUDGE = "both"
 ULP_K = 4.0
 ULP_FLOOR = 4.0

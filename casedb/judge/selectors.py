@@ -27,6 +27,8 @@ import re
 from casedb import names
 from casedb.cases import marks as marks_mod
 
+IN_REPRO = False  # not copied into repro scripts (casedb.read.repro reads every judge module's)
+
 LITERAL = "="  # a value starting with it is the exact value that follows, wildcards and all
 WILD = re.compile(r"[*?[]")
 # What makes a value look like a regular expression (refused by the triage check; written as a literal)

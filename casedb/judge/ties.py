@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 TIE_OPS = frozenset({"torch.sort", "torch.Tensor.sort", "torch.argsort", "torch.Tensor.argsort",
                      "torch.topk", "torch.Tensor.topk"})
 _DIM = {"torch.topk": 2, "torch.Tensor.topk": 2}  # where dim is passed by position (else 1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+IN_REPRO = True  # copied whole into every repro script (casedb.read.repro)
+
 ULP_SCALE_FLOOR = 64  # near-zero elements are measured in ULPs at max|hi| / this
 
 

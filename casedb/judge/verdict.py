@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from casedb.judge import bias, numerics
+from casedb.judge import bias, judges, numerics
 from casedb.judge.compare import Comparison, compare
 from casedb.judge.execution import ErrorInfo, Execution
+
+IN_REPRO = False  # not copied into repro scripts (casedb.read.repro reads every judge module's)
 
 
 @dataclass
@@ -95,7 +97,7 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
 
     ``tolerances``: dtype name -> :class:`casedb.judge.numerics.Tolerance` (or ``(rtol, atol)``) for
     each compared dtype (:meth:`casedb.judge.numerics.Policy.tolerances`); ``rtol``/``atol`` instead
-    give every part the same. ``judge``: "tolerance", "ulp" or "both" (see casedb.judge.numerics;
+    give every part the same. ``judge``: a name of casedb.judge.judges.JUDGES (see casedb.judge.numerics;
     a tolerance written down for the case is never overruled: such a case is judged by tolerance).
     ``expects_error``: ``{"type", "match"}`` — the target must raise it (the reference may raise
     it too), else ``xpassed``; or ``{"ref": {...}, "<device type or device>": {...}}`` per side.
@@ -104,12 +106,12 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
     never ``passed``.
     """
     ex = execution
-    if judge not in numerics.JUDGES:
-        raise ValueError(f"judge must be one of {', '.join(numerics.JUDGES)}, not {judge!r}")
+    if judge not in judges.JUDGES:
+        raise ValueError(f"judge must be one of {', '.join(judges.JUDGES)}, not {judge!r}")
     tols = _tolerances(ex, rtol, atol, tolerances)
     pairs = {d: (t.rtol, t.atol) for d, t in tols.items()}
     main = tols.get((ex.dtypes() or [None])[0]) or next(iter(tols.values()), None)
-    if judge != "tolerance" and main is not None and main.explicit:
+    if judges.JUDGES[judge].by_ulp and main is not None and main.explicit:
         judge = "tolerance"  # a tolerance written down for the case is never overruled
     v = Verdict(outcome="passed", reason="", compare_mode=ex.compare_mode,
                 rtol=main.rtol if main else float(rtol or 0.0), atol=main.atol if main else float(atol or 0.0),
@@ -211,7 +213,7 @@ def _judge_against_upcast(v: Verdict, ex: Execution) -> None:
 def _judge_result(v: Verdict, ex: Execution, pairs: dict) -> None:
     """Both sides ran: the comparison decides, then determinism, then whether the op was exercised."""
     c = _compared(v, ex, pairs)
-    if c is not None and v.judge != "tolerance":
+    if c is not None and judges.JUDGES[v.judge].by_ulp:
         c = bias.decide(ex, v, c)
     if c is None:
         v.outcome, v.reason = "error", "no result to compare"
@@ -234,7 +236,7 @@ def _judge_result(v: Verdict, ex: Execution, pairs: dict) -> None:
 
 
 def _compared(v: Verdict, ex: Execution, pairs: dict) -> Comparison | None:
-    """The comparison ``v.judge`` decides by (for "both": the first that fails), with the
+    """The comparison ``v.judge``'s row decides by (casedb.judge.judges), with the
     errors it measured written into ``v``; None when a side has no result."""
     values = ex.comparison(tolerances=pairs)
     if values is None:
@@ -247,20 +249,13 @@ def _compared(v: Verdict, ex: Execution, pairs: dict) -> Comparison | None:
         v.max_abs_err_hi, v.max_rel_err_hi = hi.max_abs_err, hi.max_rel_err
     if ref_hi is not None:
         v.ref_max_abs_err_hi, v.ref_max_rel_err_hi = ref_hi.max_abs_err, ref_hi.max_rel_err
-    if v.judge == "tolerance":
-        return values
+    row = judges.JUDGES[v.judge]
+    if not row.by_ulp:
+        return row.decide(values, None)
     ulp = ex.comparison(tolerances=pairs, judge="ulp")
     v.ulp_err, v.ref_ulp_err = ulp.ulp_err, ulp.ref_ulp_err
     v.ref_faults = max(values.ref_faults, ulp.ref_faults) or None
-    if v.judge == "ulp" or ulp.ulp_err is None:
-        return ulp if v.judge == "ulp" else values
-    # both: the first that fails decides; a pass says what both found
-    if not values.passed:
-        return values
-    if not ulp.passed:
-        return ulp
-    return Comparison(passed=True, reason=f"{values.reason}; {ulp.reason}", mode="both",
-                      comparable=values.comparable, opaque=values.opaque)
+    return row.decide(values, ulp)
 
 
 def _apply_xfail(v: Verdict, xfail: str | None) -> Verdict:

@@ -5,10 +5,13 @@
 * `repro` cells (``casedb repro model::case``) link to the `repro` canned query of that
   judgement: the command with the error and traceback it reproduces;
 * `outcome` and `verdict` cells are coloured;
+* in queries and views, a failure leads somewhere (:mod:`casedb.read.failure_links`): its run, its
+  case, the other cases of its cause;
 * every request other than GET/HEAD is answered 405: the server is read-only by construction,
   not only because no view happens to write (Datasette 0.65 answers a POST to a table with 500);
 * SQL function ``casedb_mutant_run(label)``: whether a run's label marks a `casedb mutants` run;
-* SQL function ``casedb_latest_run()``: the newest run id (not a mutant run's). The served file
+* SQL function ``casedb_latest_run()``: the newest full run's id (not a mutant run's, nor a partial
+  rerun's: :data:`casedb.store.run_scope.LATEST_FULL_RUN`). The served file
   is immutable, so it is a constant per connection, which lets SQLite push ``run_id = casedb_latest_run()`` into the
   grouped views (a ``(SELECT max(id) FROM runs)`` subquery would make them aggregate every run);
 * every connection gets SQLite's length limit (``serve_settings.MAX_VALUE_BYTES``) and a row factory
@@ -36,7 +39,9 @@ from markupsafe import Markup, escape
 
 from casedb import outcomes
 from casedb.read.serve_settings import DB_NAME, MAX_RESULT_BYTES, MAX_SQLITE_HEAP, MAX_VALUE_BYTES
-from casedb.store import history
+from casedb.read import failure_links
+from casedb.store import history, run_scope
+from casedb.store.views import REPORT_VIEWS
 
 _COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#cf222e", "xfail": "#9a6700", "skip": "#57606a",
             "ref_error": "#8250df"}
@@ -90,14 +95,32 @@ def prepare_connection(conn, database, datasette):
         latest = conn.execute("SELECT max(id) FROM runs").fetchone()[0]
     except sqlite3.Error:  # not a casedb database
         return
-    try:  # the latest run that is not a `casedb mutants` run, as `casedb report` takes it
-        latest = conn.execute(f"SELECT max(id) FROM runs WHERE {history.NOT_MUTANT_RUN}").fetchone()[0] or latest
+    try:  # the latest full run (not a `casedb mutants` run, not a partial rerun), as `casedb report` takes it
+        latest = conn.execute(run_scope.LATEST_FULL_RUN).fetchone()[0] or latest
     except sqlite3.Error:  # a database from before run labels
         pass
     conn.create_function("casedb_latest_run", 0, lambda: latest, deterministic=True)
     conn.create_function("casedb_mutant_run", 1, history.mutant_run, deterministic=True)
-    # a failure's cause, as the run summary and `casedb report` group them (casedb.causes)
+    # what tells runs apart (casedb.store.run_scope): a run's selection in words
+    conn.create_function("casedb_run_selection", 1, _run_selection, deterministic=True)
+    # a failure's cause, as the run summary and `casedb report` group them (casedb.causes); it reads
+    # at most causes.MAX_INPUT_CHARS of a message, so a call is quick and the query time limit,
+    # checked between calls, holds
     conn.create_function("casedb_cause", 6, causes.cause, deterministic=True)
+
+
+def _json_object(text) -> dict:
+    if not isinstance(text, str) or not text.startswith("{"):
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _run_selection(selection) -> str:
+    return run_scope.selection_words(_json_object(selection))
 
 
 def _row_get(row, key):
@@ -151,6 +174,8 @@ def render_cell(row, value, column, table, database, datasette):
         return _repro(value, row, datasette)
     if column in ("outcome", "verdict", "base_outcome", "previous_outcome"):
         return _badge(value)
+    if table is None or table in REPORT_VIEWS:  # a query's or a view's rows: where each failure leads
+        return failure_links.cell(row, value, column, datasette)
     return None
 
 

@@ -25,8 +25,9 @@ import yaml
 from casedb.cases import blobs, dtypes, input_specs, marks as marks_mod
 from casedb.cases.spec import DEFAULT_KEYS
 from casedb.errors import CasedbError
-from casedb.escape import yaml_comment, yaml_scalar
+from casedb.escape import yaml_comment
 from casedb.store.database import Store
+from importers.yaml_manifest import yaml_scalar
 
 
 class _Flow(dict):

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterable
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
-from casedb.read import latency
-from casedb.store import history
+from casedb.read import expected_errors, latency
+from casedb.store import explanations, history
 
 DEFAULT_ERROR_FACTOR = 10.0
 DEFAULT_TREND = 5
@@ -45,9 +45,12 @@ def _cols(cols: Iterable[str]) -> str:
 
 
 def latest_run_id(db) -> int:
-    """Id of the newest run that is not a `casedb mutants` run (the newest mutant run where there
-    are only those); a CasedbError that says how to record one when there is none."""
-    run_id = db.execute(f"SELECT max(id) FROM runs WHERE {history.NOT_MUTANT_RUN}").fetchone()[0]
+    """Id of the newest full run: not a `casedb mutants` run, nor a partial rerun of an earlier
+    run (pytest --lf; casedb.store.run_scope); the newest run where there are only those; a
+    CasedbError that says how to record one when there is none."""
+    from casedb.store import run_scope
+
+    run_id = db.execute(run_scope.LATEST_FULL_RUN).fetchone()[0]
     run_id = run_id if run_id is not None else db.execute("SELECT max(id) FROM runs").fetchone()[0]
     if run_id is None:
         raise CasedbError("no runs recorded in this database yet; record one with "
@@ -81,6 +84,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     report["error_factor"] = error_factor
     report["trend"] = _trend(db, summary, run_id, trend)
     report["latency"] = latency.section(db, run_id, compare)
+    report["explanations"] = explanations.load(db, run_id)  # None: casedb explain never ran on it
     return report
 
 
@@ -171,6 +175,7 @@ def _verdicts(db, run_id: int) -> dict:
     out["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
                                        " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
                                        " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
+    expected_errors.adjust(out, expected_errors.counts(db.conn, run_id))
     return out
 
 
@@ -328,6 +333,12 @@ def _failure_tables(table: Callable, report: dict) -> None:
                      r["repro"]])
     table("Failure stages", ["stage", "cases"], report["stages"], lambda r: [r["stage"], _num(r["cases"])],
           note="where the cases that did not pass went wrong")
+    if report.get("explanations") is not None:
+        table("Explained (casedb explain)", ["cause", "cases", "condition", "layer", "smallest failing case"],
+              report["explanations"],
+              lambda r: [r["cause"], _num(r["cases"]), (r.get("condition") or {}).get("text") or "none found",
+                         r.get("layer") or "", (r.get("minimal") or {}).get("repro") or ""],
+              empty="nothing to explain", note="which condition breaks the backend, per failure cause")
 
 
 def _blocking_tables(table: Callable, report: dict) -> None:
@@ -418,7 +429,7 @@ def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
     from rich.text import Text
 
     from casedb.read import tables
-    from casedb.run.console import text
+    from casedb.console import text
 
     plain = tables.resolve(None, console) is not tables.Format.table
     # Text, never markup: names and messages print as written (control characters escaped);
@@ -445,8 +456,9 @@ def print_report(report: dict, console, limit: int = DEFAULT_LIMIT) -> None:
         table = Table(title=Text(s["title"]), title_justify="left", caption=Text(s["note"]) if s["note"] else None,
                       caption_justify="left")
         for i, h in enumerate(s["headers"]):
-            # the first column names the row (case, model, op): keep it whole, fold the others
-            table.add_column(h, overflow="fold", no_wrap=i == 0)
+            # the first column names the row (case, model, op), as does any op column: whole; the others fold
+            whole = tables.whole_width(h, [str(row[i]) for row in s["rows"]]) if i else None
+            table.add_column(h, overflow="fold", no_wrap=i == 0 or whole is not None, min_width=whole)
         for row in s["rows"]:
             table.add_row(*(text(v) for v in row))
         console.print(table)

@@ -18,6 +18,7 @@ import base64
 import inspect
 import json
 import math
+import shlex
 import textwrap
 import zlib
 from pathlib import Path
@@ -49,6 +50,38 @@ def _inline_module(module, together: tuple = ()) -> str:
     lines = [ln for i, ln in enumerate(source.splitlines(), 1)
              if i not in dropped and ln.strip() != "from __future__ import annotations"]
     return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
+
+
+def carried_modules() -> list[tuple]:
+    """(module, the casedb modules it imports) for every judge module a repro script carries (its
+    ``IN_REPRO``), each after those it imports."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import casedb.judge
+
+    found = {}
+    for info in sorted(pkgutil.iter_modules(casedb.judge.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"casedb.judge.{info.name}")
+        if not isinstance(getattr(module, "IN_REPRO", None), bool):
+            raise CasedbError(f"{module.__name__} does not say whether repro scripts carry it: give it "
+                              "IN_REPRO = True or False (docs/extending.md)")
+        if module.IN_REPRO:
+            tree = ast.parse(inspect.getsource(module))
+            found[module.__name__] = (module, tuple(sorted({
+                n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("casedb.")})))
+    ordered: dict = {}
+
+    def visit(name: str) -> None:
+        if name not in ordered and name in found:
+            for dep in found[name][1]:
+                visit(dep)
+            ordered[name] = found[name]
+
+    for name in found:
+        visit(name)
+    return list(ordered.values())
 
 
 def _check_names(code: str) -> None:
@@ -199,6 +232,23 @@ def _choose(store, name: str, model: str | None) -> tuple[dict, list[dict]]:
     return store.case(rows[0]["signature"]), rows
 
 
+def _tolerance(value: float, flag: str) -> float:
+    from casedb.cases.bounds import check_tolerance
+
+    try:
+        return check_tolerance(value, flag)
+    except ValueError as e:
+        raise CasedbError(str(e)) from None
+
+
+def _unimported(run: int | None, modules: list[str]) -> str:
+    """What to say about the modules run ``run`` imported that this repro does not."""
+    again = " ".join(f"--import {shlex.quote(m)}" for m in modules)
+    return (f"run {run} was recorded with --import {', '.join(modules)}; casedb never imports a module because a "
+            f"database names it (the file may come from elsewhere): review it and give it again ({again}) "
+            "for the script to import it")
+
+
 def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
     """Device, backend, imports, judge, reference dtype, values and tolerances: as given, else
     as run ``run`` had them (casedb.read.repro_run), else casedb's defaults."""
@@ -207,17 +257,21 @@ def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
     from casedb.run.runspec import RunSpec
     from casedb.run.target import check_import, import_module
 
+    rtol, atol = (None if given[k] is None else _tolerance(given[k], f"--{k}") for k in ("rtol", "atol"))
     ctx = repro_run.run_context(store.db, run, case["signature"], occ) if run is not None else {}
-    imports = [check_import(m) for m in (given["imports"] or ctx.get("imports") or [])]
+    # only this command line's --import: a database can come from anywhere, and casedb never
+    # imports a module because a database names it (as `casedb run --resume`)
+    imports = [check_import(m) for m in given["imports"]]
     for mod in imports:
         import_module(mod)  # so custom ops resolve while the script is written
+    portable = [repro_run.portable_import(m) for m in imports]
     t = {"device": given["device"] or ctx.get("device"), "backend": given["backend"] or ctx.get("backend")
-         or RunSpec().backend, "imports": [repro_run.portable_import(m) for m in imports],
+         or RunSpec().backend, "imports": portable,
+         "run_imports": [m for m in ctx.get("imports") or [] if m not in portable],
          "judge": ctx.get("judge") or numerics.DEFAULT_JUDGE, "hi_dtype": ctx.get("reference_dtype"),
          "values": ctx.get("values") or "random", "run": run, "run_outcome": ctx.get("outcome"),
          "replace_device": given["replace_device"] and ctx.get("replace_device", True)}
     # the tolerance a run gives each floating dtype of this occurrence (casedb.judge.numerics, no rules) ...
-    rtol, atol = given["rtol"], given["atol"]
     plan_occ = {**occ, "defaults": store.models_defaults(occ["model"]),
                 **({"rtol": rtol} if rtol is not None else {}), **({"atol": atol} if atol is not None else {})}
     policy = numerics.Policy(device=str(t["device"] or "cpu"), backend=str(t["backend"]))
@@ -238,23 +292,31 @@ def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
 
 def script(store, name: str, *, device: str | None = None, backend: str | None = None,
            imports: list[str] = (), rtol: float | None = None, atol: float | None = None,
-           replace_device: bool = True, model: str | None = None, run: int | None = None) -> str:
+           replace_device: bool = True, model: str | None = None, run: int | None = None,
+           notes: list | None = None) -> str:
     """The repro script for the case `name` (signature prefix, case name or model::name);
     ``model`` picks whose tolerances it uses when several models share the case; ``run``: take
-    the target, imports, judge, values and tolerances from that recorded run (what was given
-    explicitly wins)."""
+    the target, judge, values and tolerances from that recorded run (what was given explicitly
+    wins; its --import modules are only named, in ``notes`` and in the script); ``notes``: a
+    list that gets what the caller should tell the user."""
     from casedb.cases import materialize, ops, value_ranges
 
     case, rows = _choose(store, name, model)
     occ = rows[0]
     t = _target(store, case, occ, run, {"device": device, "backend": backend, "imports": list(imports or []),
                                          "rtol": rtol, "atol": atol, "replace_device": replace_device})
+    if t["run_imports"] and notes is not None:
+        notes.append(_unimported(run, t["run_imports"]))
+    try:
+        info = ops.op_info(case["op"])
+    except ops.UnknownOpError as e:
+        hint = f"; {_unimported(run, t['run_imports'])}" if t["run_imports"] else ""
+        raise CasedbError(f"cannot write a repro: {e}{hint}") from None
     ran = value_ranges.variant(case, t["values"])
     if ran is None:
         raise CasedbError(f"run {run} ran {t['values']} values, and case {case['signature'][:16]} has none "
                           "(casedb.cases.value_ranges): nothing to reproduce")
     prepared = materialize.prepare(ran, load_blob=store.load_blob)
-    info = ops.op_info(case["op"])
     leaf_index = {id(leaf): i for i, leaf in enumerate(prepared.leaves)}
     main = t["tolerances"].get(case["dtype"]) or t["tolerances"]["float32"]
     data = {
@@ -268,7 +330,7 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
         "tensors": [_tensor(leaf, store.load_blob, embed=ran is not case) for leaf in prepared.leaves],
         "args": [_argument(a, leaf_index) for a in prepared.args],
         "kwargs": {k: _argument(v, leaf_index) for k, v in prepared.kwargs.items()},
-        "imports": t["imports"], "expects_error": occ.get("expects_error"),
+        "imports": t["imports"], "run_imports": t["run_imports"], "expects_error": occ.get("expects_error"),
         "used_by": [{"model": r["model"], "name": r["name"], "rtol": r["rtol"], "atol": r["atol"],
                      "source": r.get("source")} for r in store.find(case["signature"])[:50]],
     }
@@ -278,22 +340,28 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
 def _fill(data: dict, prepared) -> str:
     """The template with casedb's own code and the case's data."""
     from casedb.cases import blobs, generators, ops, presets
-    from casedb.judge import accumulation, bias, compare, nonfinite, numerics, pattern, ties, ulp
+    from casedb.judge import numerics
     from casedb.run import execute
 
     used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
     data.update(generators={init: fn.__name__ for init, fn in generators.GENERATORS.items()},
                 presets={p: presets.PRESETS[p].fn.__name__ for p in used_presets},
                 ulp=[numerics.ULP_K, numerics.ULP_FLOOR], hi_bytes=numerics.HI_REFERENCE_BYTES)
-    helpers = (_inline_module(blobs) + _inline_module(ulp) + _inline_module(nonfinite, together=(ulp.__name__,))
-               + _inline_module(compare, together=(ulp.__name__, nonfinite.__name__))
-               + _inline_module(bias, together=(ulp.__name__,)) + _inline_module(pattern)
-               + _inline_module(accumulation) + _inline_module(ties)
+    helpers = (_inline_module(blobs) + "".join(_inline_module(m, together=d) for m, d in carried_modules())
                + "# ---- functions of casedb.cases.generators, ops, execute, presets, judge.numerics\n"
                + _copy_with_dependencies([*generators.GENERATORS.values(), ops._setitem, execute._to_cpu,
                                           numerics.high_precision, *(presets.PRESETS[p].fn for p in used_presets)]))
     _check_names(helpers)
     text = TEMPLATE.read_text(encoding="utf-8")
     text = text.replace("@HELPERS@", helpers)
+    # ASCII JSON escapes every line break: a module name from a database stays inside the comment
+    text = text.replace("@RUN_IMPORTS@", "# run {} was recorded with --import {} (not imported: give it to "
+                        "`casedb repro --import`)\n".format(data["run"], json.dumps(data["run_imports"]))
+                        if data["run_imports"] else "")
+    # the case in one comment line below the #! line; its text JSON-escaped: no newline in it can end the comment
+    op = data["op"]["name"] if isinstance(data["op"], dict) else data["op"]
+    said = json.dumps(f"{op}({data['shapes']}) computing in {data['dtype']}, signature {data['signature'][:16]}")
+    first, _, rest = text.partition("\n")
+    text = f"{first}\n# case: {said[1:-1]}\n{rest}"
     # repr of a str is a Python string literal whatever it holds: the case is data, never code
-    return text.replace("@CASE_JSON@", repr(json.dumps(data, ensure_ascii=False, sort_keys=True)))
+    return text.replace("@CASE_JSON@", repr(json.dumps(data, ensure_ascii=False, sort_keys=True)), 1)

@@ -1,6 +1,7 @@
 """What one recorded run did with one case, for `casedb repro --run N`: its target (device,
-backend), its --import modules (written relative to the working directory: a script must not
-carry this machine's absolute paths), its judge, high-precision reference dtype and values mode,
+backend), the --import modules it was recorded with (named, never imported: see casedb.read.repro;
+written relative to the working directory: a script must not carry this machine's absolute
+paths), its judge, high-precision reference dtype and values mode,
 the tolerance it judged each dtype with (tolerance rules included: they are stored with the
 result) and the outcome it recorded.
 """

@@ -50,8 +50,23 @@ def emit(rows: Sequence[dict], columns: Sequence[str], *, console, fmt: Format |
     from rich.table import Table
 
     table = Table(title=title)
-    for c in columns:
-        table.add_column(headers.get(c, c))
-    for r in rows:
-        table.add_row(*(_cell(r.get(c)) for c in columns))
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    for i, c in enumerate(columns):
+        whole = whole_width(headers.get(c, c), [row[i] for row in cells])
+        table.add_column(headers.get(c, c), overflow="fold", no_wrap=whole is not None, min_width=whole)
+    for row in cells:
+        table.add_row(*row)
     console.print(table)
+
+
+# An op's name is searched for, copied and compared: shown whole on one line; the other columns
+# fold (wrap) to make room, never cut short.
+WHOLE_COLUMNS = ("op",)
+WHOLE_MAX = 60
+
+
+def whole_width(header: str, cells: Sequence[str]) -> int | None:
+    """The width that keeps a naming column's cells whole (at most WHOLE_MAX), None for others."""
+    if header not in WHOLE_COLUMNS:
+        return None
+    return min(WHOLE_MAX, max([len(header), *map(len, cells)]))

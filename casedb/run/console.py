@@ -1,60 +1,11 @@
-"""The terminal: the consoles every command prints through, and what ``casedb run`` shows on
-them (the progress bar and the summary tables).
-
-Data (model and case names, messages) is never read as Rich markup: a name such as ``[/m]``
-prints as written (:func:`text`). Nor is it ever sent to the terminal as control codes: a name
-from a database or a file may hold ESC sequences (OSC 52 sets the clipboard, CSI moves the
-cursor and repaints), so every character that is not text is written as an escape by
-:func:`clean`, which :func:`terminal`'s consoles apply to everything they print.
-"""
+"""What ``casedb run`` shows on the terminal: the progress bar, the summary tables and notes, the
+``--json`` summary. Data in them goes through :mod:`casedb.console` (:func:`~casedb.console.text`)."""
 
 from __future__ import annotations
 
-import re
-
-from casedb.cases import marks as marks_mod
 from casedb import outcomes
-
-# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates (they
-# reorder what follows), lone surrogates and the non-characters U+FFFE/U+FFFF.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
-
-
-def clean(value) -> str:
-    """``value`` as text safe to show on a terminal or in a comment: each character of
-    :data:`_UNSAFE` written as its escape (``\\x1b``, ``\\u202e``); tab and newline kept."""
-    text = "" if value is None else str(value)
-    return _UNSAFE.sub(_escape, text)
-
-
-def _escape(m: re.Match) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def terminal(*, stderr: bool = False):
-    """A console for casedb's output: no markup, no emoji codes, and every segment of text it
-    prints passed through :func:`clean` (Rich's own control codes, its styles and cursor moves,
-    kept)."""
-    from rich.console import Console, RenderHook
-
-    class _Escaped:
-        def __init__(self, renderable):
-            self.renderable = renderable
-
-        def __rich_console__(self, console, options):
-            from rich.segment import Segment
-
-            for seg in console.render(self.renderable, options):
-                yield seg if seg.control else Segment(clean(seg.text), seg.style)
-
-    class _Hook(RenderHook):
-        def process_renderables(self, renderables):
-            return [_Escaped(r) for r in renderables]
-
-    console = Console(stderr=stderr, markup=False, emoji=False)
-    console.push_render_hook(_Hook())
-    return console
+from casedb.cases import marks as marks_mod
+from casedb.console import text
 
 JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias", "executed", "passed", "failed",
              "errors", "ref_errors",
@@ -62,14 +13,7 @@ JSON_KEYS = ("run_id", "status", "device", "backend", "judge", "values", "bias",
              "duplicates_skipped", "unexpected", "failures", "triage", "triage_files", "triage_implicit", "vacuous",
              "reference_faults", "latency",
              "lowering", "stages", "planned", "duration_s",
-             "time", "session", "models", "error")
-
-
-def text(value, style: str | None = None):
-    """A Rich Text of ``value`` as written (no markup, no emoji codes)."""
-    from rich.text import Text
-
-    return Text(clean(value), style=style or "")
+             "time", "session", "models", "error", "explanations")
 
 
 def counts_text(counts: dict) -> str:
@@ -140,8 +84,7 @@ def summary_tables(summary: dict):
     for model, m in summary["models"].items():
         table.add_row(text(model), *[str(m.get(k, 0)) for k, _ in cols])
     t = summary["time"]
-    counts = ", ".join(f"{summary.get(outcomes.COUNT_KEYS[o], 0)} {outcomes.COUNT_KEYS[o].replace('_', ' ')}"
-                       for o in outcomes.SHOWN)
+    counts = ", ".join(counted(summary.get(outcomes.COUNT_KEYS[o], 0), o) for o in outcomes.SHOWN)
     line = (f"{summary['executed']} executed ({summary['occurrences']} occurrences, "
             f"{summary['duplicates_skipped']} duplicates skipped): {counts}")
     times = []
@@ -157,6 +100,12 @@ def summary_tables(summary: dict):
     if summary.get("duration_s") is not None:
         line += f"; total {summary['duration_s']:.1f} s"
     return table, text(line)
+
+
+def counted(n: int, outcome: str) -> str:
+    """``1 error``, ``2 errors``, ``3 failed``: a count of an outcome in words."""
+    key = outcomes.COUNT_KEYS[outcome]
+    return f"{n} {(outcome if n == 1 else key).replace('_', ' ')}"
 
 
 def summary_notes(summary: dict) -> list[str]:
@@ -201,10 +150,16 @@ def failure_notes(summary: dict, top: int = 5) -> list[str]:
     cases = sum(g["count"] for g in groups)
     lines = [f"{cases} failing case(s), {len(groups)} cause(s):"]
     for g in groups[:top]:
-        example = f" (e.g. {g['examples'][0]})" if g["examples"] else ""
+        example = f" (e.g. {g['examples'][0]}: {g['example_inputs'][0]})" if g.get("example_inputs") else \
+            f" (e.g. {g['examples'][0]})" if g["examples"] else ""
         lines.append(f"  {g['count']:>4} × {g['op']}: {g['cause']}{example}")
     more = f"{len(groups) - top} more cause(s); " if len(groups) > top else ""
     lines.append(f"  {more}details: casedb report --run {summary['run_id']}")
+    explained = summary.get("explanations")
+    if explained is None:
+        lines.append(f"  which condition breaks the backend: casedb explain --run {summary['run_id']}")
+    for e in explained or []:
+        lines.append(f"  explained: {e['cause']}: {(e.get('condition') or {}).get('text') or 'no condition found'}")
     return ["\n".join(lines)]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from casedb import outcomes
 from casedb.errors import CasedbError
-from casedb.run.console import triage_files_note
+from casedb.run.console import counted, failure_notes, triage_files_note
 from casedb.run.plan import param_id
 from casedb.run.runspec import SELECTION_VERSION
 from casedb.run.session import Cases, db_lock, listing_only, xdist_controller
@@ -172,6 +172,15 @@ class Controller:
                                for j in payload["judgements"] if j["outcome"] == "skipped"]
             self.config.hook.pytest_casedb_recorded(config=self.config, outcome=outcome, item=it)
 
+    def pytest_report_teststatus(self, report, config):
+        """A case casedb records as an error (a compile error, a bad input) is an error in pytest's
+        counts too, as in casedb run's; a wrong result stays a failure."""
+        if report.when == "call" and report.failed and self.cases.item_for(report.nodeid) is not None:
+            payload = _payload(report)
+            if payload is not None and payload.get("outcome") == "error":
+                return "error", "E", "ERROR"
+        return None
+
     def _elapsed(self, nodeid: str) -> float | None:
         t = self.started.get(nodeid)
         return None if t is None else time.monotonic() - t
@@ -286,12 +295,15 @@ class Controller:
             for tid, reason in self.skips:
                 terminalreporter.line(f"SKIPPED {tid}: {reason}")
         for run_id, summary in self.summaries.items():
-            keys = [outcomes.COUNT_KEYS[name] for name in outcomes.SHOWN]
-            parts = [f"{summary[k]} {k}" for k in keys if summary.get(k)]
+            parts = [counted(summary[outcomes.COUNT_KEYS[o]], o) for o in outcomes.SHOWN
+                     if summary.get(outcomes.COUNT_KEYS[o])]
             terminalreporter.line(f"casedb: run {run_id} recorded in {self.cases.db_path}: "
                                   f"{summary['executed']} executed, {summary['duplicates_skipped']} duplicates skipped; "
                                   f"{', '.join(parts) or 'nothing run'}")
-            if config.option.casedb_run_id is None:  # (casedb run prints its own)
+            if config.option.casedb_run_id is None:  # (casedb run prints its own: the causes, the triage files)
+                for note in failure_notes(summary):
+                    for line in note.splitlines():
+                        terminalreporter.line(f"casedb: {line}")
                 note = triage_files_note({**summary, "triage_implicit": self.cases.triage_implicit})
                 terminalreporter.line(f"casedb: {note}")
             if summary.get("error") and not self.fatal:

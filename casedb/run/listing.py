@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from casedb.cases import marks as marks_mod
-from casedb.run.console import clean
+from casedb.console import clean
 from casedb.names import model_mark
 from casedb.run.session import MARK_GIVEN, NO_EXPR
 from casedb.ingest.seed import open_seeded

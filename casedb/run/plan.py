@@ -179,6 +179,22 @@ _PLAN_SQL = """SELECT mc.id, mc.model, mc.name, mc.signature, mc.op, mc.shapes, 
                ORDER BY mc.model, mc.position, mc.id"""
 
 
+def _check_tolerances(model: str, name: str, own: dict, defaults: dict) -> None:
+    """CasedbError for a tolerance the DB holds that import refuses (infinite, NaN: stored by an
+    older casedb or by hand): it would pass every result, and its results could not be stored."""
+    from casedb.cases.bounds import check_tolerance
+    from casedb.errors import CasedbError
+
+    for what, tols in (("", own), ("its model's default ", defaults)):
+        for key in ("rtol", "atol"):
+            if tols.get(key) is not None:
+                try:
+                    check_tolerance(tols[key], key)
+                except ValueError as e:
+                    raise CasedbError(f"case {model}::{name}: {what}{e}; import its manifest again with a "
+                                      "finite tolerance (casedb import --replace)") from None
+
+
 def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, smoke: bool = False) -> list[PlanItem]:
     """Items for the given models (all models when none), in manifest order; occurrences a
     ``casedb import --replace`` retired are not planned.
@@ -198,6 +214,7 @@ def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, s
         marks = loads(marks)
         if model not in defaults_of:
             defaults_of[model] = {k: v for k, v in (loads(defaults) or {}).items() if k in ("dtype", "rtol", "atol")}
+        _check_tolerances(model, name, {"rtol": rtol, "atol": atol}, defaults_of[model])
         occ = Occurrence(model_case_id=mcid, model=model, name=name, rtol=rtol, atol=atol,
                          defaults=defaults_of[model], skip_if=loads(skip_if), expects_error=loads(expects),
                          xfail=loads(xfail), marks=marks, source=source)

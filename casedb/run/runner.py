@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from casedb.cases import marks
+from casedb.run import selection
 from casedb.errors import CasedbError
 from casedb.run import refcache
 from casedb.run.console import Progress
@@ -134,10 +134,9 @@ def _check_store(spec: RunSpec, db, resume: int | None) -> tuple[Path, int]:
         if resume is None:
             for m in spec.models:
                 store.model(m)
-            if spec.markexpr:  # pytest >= 9.2 refuses an unknown mark in -m; say so first, on any version
-                problem = marks.unknown_marks(spec.markexpr, store.mark_names() | set(marks.DERIVED))
-                if problem:
-                    raise CasedbError(problem)
+            # pytest >= 9.2 refuses an unknown mark in -m; say so first, on any version (and
+            # that a derived mark no case has selects nothing)
+            selection.check_store_marks(store, spec)
         return db_path, store.stats()["occurrences"]
 
 

@@ -21,15 +21,14 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from casedb.errors import CasedbError
-from casedb.judge import numerics
+from casedb.outcomes import MAX_TIMEOUT
+from casedb.judge import judges, numerics
 
 SELECTION_VERSION = 2
 SAME = "<the field default>"  # Flag.cli_default: casedb run uses the field's default
 # Bounds on how a run runs: each worker is a process holding torch (a few hundred MB), so far more
-# workers than CPUs only thrash (100000 hung the machine); a timeout beyond a week is a typo (and
-# pytest-timeout cannot arm 1e30 s).
+# workers than CPUs only thrash (100000 hung the machine); the timeout's: outcomes.MAX_TIMEOUT.
 JOBS_PER_CPU = 4
-MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
 def max_jobs() -> int:
@@ -138,8 +137,8 @@ class RunSpec:
         "Run the target twice; require identical bits.",
         cli=("--check-determinism",), pytest="--casedb-check-determinism", target=True))
     judge: str = opt(numerics.DEFAULT_JUDGE, Flag(
-        "How a result is judged: tolerance (rtol/atol per output dtype), ulp (error against a high-precision "
-        "CPU reference, in ULPs, relative to the CPU reference's own) or both (default; see casedb.judge.numerics).",
+        "How a result is judged: " + "; ".join(f"{j.name} ({j.about})" for j in judges.JUDGES.values())
+        + f". Default {numerics.DEFAULT_JUDGE} (casedb.judge.judges, casedb.judge.numerics).",
         cli=("--judge",), pytest="--casedb-judge", target=True, choices=numerics.JUDGES))
     values: str = opt("random", Flag(
         "The inputs' values: random (the case's own, default) or extremal (the ranges of casedb.cases.value_ranges: "
@@ -157,14 +156,14 @@ class RunSpec:
         "Also time every passed case on the target and on the baseline (torch.utils.benchmark: warmed up, "
         "compile excluded, the device synchronized), with its FLOPs and bytes; stored with the result "
         "(casedb.run.measure; casedb report shows speedups, rooflines and latency changes).",
-        cli=("--measure",), pytest="--casedb-measure", target=True))
+        cli=("--measure",), pytest="--casedb-measure", target=True, what=False))
     measure_baseline: str = opt("eager", Flag(
         "What --measure compares the target with: eager (on the target device; default), cpu (eager on the "
         "CPU) or a dynamo backend's name (on the target device).",
-        cli=("--measure-baseline",), pytest="--casedb-measure-baseline", target=True, metavar="NAME"))
+        cli=("--measure-baseline",), pytest="--casedb-measure-baseline", target=True, what=False, metavar="NAME"))
     measure_budget: float = opt(2.0, Flag(
         "Seconds --measure may spend timing one case (half for the target, half for the baseline).",
-        cli=("--measure-budget",), pytest="--casedb-measure-budget", target=True, metavar="S"))
+        cli=("--measure-budget",), pytest="--casedb-measure-budget", target=True, what=False, metavar="S"))
     # ------------------------------------------------------------------ how
     jobs: int = opt(1, Flag("Worker processes (pytest-xdist); 0: in this process, no isolation.",
                             cli=("-j", "--jobs"), builtin="-n", what=False))

@@ -128,6 +128,9 @@ def db_lock(db_path: str):
     except ImportError:  # no flock (Windows): xdist workers may race on a brand-new DB
         yield
         return
+    from casedb.store.database import check_db_file
+
+    check_db_file(db_path)  # before its lock file is made beside it (a folder, /dev/null)
     lock = Path(db_path + "-lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as f:

@@ -23,10 +23,11 @@ from casedb import outcomes
 from casedb.cases import dtypes, valid_inputs
 from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
-from casedb.judge import numerics
+from casedb.judge import judges, numerics
 from casedb.judge.numerics import DEFAULT_JUDGE
 from casedb.run.plan import Occurrence
 from casedb.run.runspec import RunSpec, default_backend
+from casedb.store import result_columns
 from casedb import triage as triage_mod
 
 
@@ -94,9 +95,8 @@ def _import(name: str):
     if not is_path(name) and (local := _local_file(name)) is not None:
         name = str(local)
     if is_path(name):
+        _check_source_file(name)
         path = Path(name).resolve()
-        if not path.is_file():
-            raise TargetError(f"--import {name}: no such file")
         mod_name = "casedb_import_" + re.sub(r"\W", "_", path.stem)
         if mod_name in sys.modules:
             return sys.modules[mod_name]
@@ -112,12 +112,21 @@ def _import(name: str):
     return importlib.import_module(name)
 
 
+def _check_source_file(name: str) -> None:
+    """An --import given as a path names an existing Python source file (``.py``)."""
+    path = Path(name)
+    if not path.is_file():
+        raise TargetError(f"--import {name}: no such file" + (" (a folder: give its .py file, or the package by "
+                                                             "its module name)" if path.is_dir() else ""))
+    if path.suffix != ".py":
+        raise TargetError(f"--import {name}: not a Python source file; give a .py file or an importable module name")
+
+
 def check_import(name: str) -> str:
     """Fail early (without importing) when an --import names nothing; returns how to import it
     from anywhere (a file by its absolute path)."""
     if is_path(name):
-        if not Path(name).is_file():
-            raise TargetError(f"--import {name}: no such file")
+        _check_source_file(name)
         return str(Path(name).resolve())
     if _findable(name):
         return name
@@ -248,9 +257,7 @@ def _triaged(triage, entry, outcome: str, reason: str, stage: str | None,
     return out, why, t
 
 
-_RESULT_FROM_VERDICT = ("max_abs_err", "max_rel_err", "mismatch_count", "error_type", "error_message", "traceback",
-                        "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous",
-                        "bias_mean", "bias_toward", "bias_count")
+_RESULT_FROM_VERDICT = result_columns.FROM_VERDICT  # the rest of a result row: _executed_payload, execute_item
 
 
 def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> dict:
@@ -278,7 +285,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
                 "judgements": judgements + [_judgement(occ, "skipped", reason) for occ, _, _ in active]}
     ex = execute.run_case(case, device=target.device, backend=target.backend, load_blob=load_blob,
                           reference_dtype=target.reference_dtype, check_determinism=target.check_determinism,
-                          replace_device=target.replace_device, high_precision="needed" if target.judge != "tolerance" else False)
+                          replace_device=target.replace_device, high_precision="needed" if judges.JUDGES[target.judge].by_ulp else False)
     policy = numerics.Policy(list(rules), device=str(target.device), backend=str(target.backend))
     found = ex.dtypes() or [item.dtype]
     verdicts = []

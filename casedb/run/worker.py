@@ -6,11 +6,12 @@ the cases execute on (:func:`casedb.run.target.execute_item` runs each).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import pytest
 
-from casedb.cases import marks as marks_mod
+from casedb.cases import expectations, marks as marks_mod
 from casedb.errors import CasedbError
 from casedb.names import model_mark
 from casedb.run.plan import in_shard, op_matches
@@ -21,6 +22,11 @@ from casedb.run.target import (Target, TargetError, entries_timeout, prepare_tar
 from casedb import triage as triage_mod
 
 
+def registered_markers(config) -> set[str]:
+    """The names of the markers registered in this session so far."""
+    return {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+
+
 class Worker:
     """Collects the model-op tests and executes cases (an xdist worker, or the only process)."""
 
@@ -28,6 +34,11 @@ class Worker:
         self.cases = cases
         self.config = cases.config
         self._marks: dict = {}
+        # the markers registered when casedb configured (the project's ini, casedb's derived
+        # marks): a stored mark of any other registered name is some plugin's, never applied
+        self._project_markers = registered_markers(self.config)
+        self._others: set | None = None
+        self._dropped: set = set()
         self._targets: dict = {}        # backend (None: the spec's) -> the prepared target
         self._target_errors: dict = {}
         self._store = None
@@ -59,24 +70,40 @@ class Worker:
         mark = self._marks.get(name)
         if mark is None:
             # registered before use, so --strict-markers accepts what manifests declare
-            known = {line.split(":")[0].split("(")[0].strip() for line in self.config.getini("markers")}
-            if name not in known:
+            if name not in registered_markers(self.config):
                 doc = (f"cases of model {name[6:]} (casedb)" if name.startswith("model_")
                        else "mark declared by a casedb manifest")
                 self.config.addinivalue_line("markers", f"{name}: {doc}")
             mark = self._marks[name] = getattr(pytest.mark, name)
         return mark
 
+    def _case_marks(self, names) -> list:
+        """The pytest marks of a case's stored marks, but those named like a marker pytest or a
+        plugin gives behaviour to (skip, xfail, timeout...) or like casedb's model marks: a
+        database from elsewhere must not skip a failing case or file it under another model."""
+        if self._others is None:
+            self._others = registered_markers(self.config) - self._project_markers
+        usable, dropped = [], []
+        for n in names:
+            bad = n in self._others or expectations.reserved_mark(n)
+            (dropped if bad else usable).append(n)
+        dropped = set(dropped) - self._dropped
+        if dropped:
+            self._dropped |= dropped
+            warnings.warn(pytest.PytestConfigWarning(
+                f"casedb: case marks {', '.join(sorted(dropped))} name pytest's or a plugin's markers (or "
+                "casedb's model marks): not applied (import refuses them; the database holds them from elsewhere)"))
+        return [self._mark(n) for n in usable]
+
     def pytest_generate_tests(self, metafunc):
         if ARG not in metafunc.fixturenames:
             return
         params = []
         plan = self.cases.plan()
-        for name in sorted(self.cases.mark_names):  # -m may name a mark of any case of the DB
-            self._mark(name)
+        self._case_marks(sorted(self.cases.mark_names))  # -m may name a mark of any case of the DB
         backends = list(self.cases.backend_runs)
         for it in plan:
-            marks = [self._mark(n) for n in list(it.marks) + [model_mark(m) for m in it.models]]
+            marks = self._case_marks(it.marks) + [self._mark(model_mark(m)) for m in it.models]
             if not backends:
                 params.append(pytest.param(it, id=it.id, marks=marks))
             # one case's backends one after the other: its inputs and reference are built while warm

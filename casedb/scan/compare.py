@@ -74,7 +74,7 @@ def is_operator(name: str) -> bool:
 
 def read_ops(path: str | Path) -> list[str]:
     """The op names of a v2, v1 or op-list file, in first-seen order; ScanError names what is wrong."""
-    from importers import files
+    from casedb import files
 
     path = Path(path)
     try:

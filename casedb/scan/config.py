@@ -48,7 +48,7 @@ def path_of(config: Path) -> Path:
 
 def check(config: Path) -> dict:
     """The config's JSON, checked as the module docstring says; raises ScanError."""
-    from importers import files
+    from casedb import files
 
     path = path_of(config)
     where = str(path)

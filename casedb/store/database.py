@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -17,12 +18,13 @@ from typing import Iterable
 import sqlite_utils
 
 from casedb.cases import marks as marks_mod
+from casedb.cases.layout import case_layout, inputs_summary
 from casedb.store import schema_check
 from casedb.cases.spec import Normalized
-from casedb.errors import NotFound
+from casedb.errors import CasedbError, NotFound
 from casedb.names import model_key, model_mark
 from casedb.store.migrations import migrations
-from casedb.serial import dumps, loads, now
+from casedb.serial import dumps, dumps_values, loads, now
 
 DEFAULT_DB = Path("data") / "casedb.sqlite"
 SHIPPED_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -33,15 +35,83 @@ def db_path(path: str | os.PathLike | None = None) -> Path:
     return Path(path or os.environ.get("CASEDB_DB") or DEFAULT_DB)
 
 
+# How long a write waits for another process's write (runs, imports and shards write concurrently).
+BUSY_TIMEOUT_S = 60.0
+
+
+class DatabaseLocked(CasedbError, sqlite3.OperationalError):
+    """Another process held the database's write lock for longer than BUSY_TIMEOUT_S."""
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose "database is locked" (the busy timeout ran out) is a DatabaseLocked
+    naming the file and what to do, not a traceback."""
+
+    db_file = ""
+
+    def _locked(self, e: sqlite3.OperationalError) -> Exception:
+        if "locked" not in str(e):
+            return e
+        return DatabaseLocked(f"{self.db_file}: the database is locked: another process (a casedb run, import or "
+                              "merge, or a program holding it open) kept writing it for the "
+                              f"{BUSY_TIMEOUT_S:g} s casedb waits; let it finish (or stop it) and try again")
+
+    def execute(self, *args):
+        try:
+            return super().execute(*args)
+        except sqlite3.OperationalError as e:
+            raise self._locked(e) from None
+
+    def executemany(self, *args):
+        try:
+            return super().executemany(*args)
+        except sqlite3.OperationalError as e:
+            raise self._locked(e) from None
+
+    def executescript(self, *args):
+        try:
+            return super().executescript(*args)
+        except sqlite3.OperationalError as e:
+            raise self._locked(e) from None
+
+    def commit(self):
+        try:
+            return super().commit()
+        except sqlite3.OperationalError as e:
+            raise self._locked(e) from None
+
+
+def check_db_file(path: str | os.PathLike) -> None:
+    """CasedbError when ``path`` exists and is not a regular file (a folder, a FIFO, /dev/null)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise CasedbError(f"database {path}: cannot read it ({e.strerror}); give a readable file") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise CasedbError(f"database {path} is {kind}, not a database file; give --db (or CASEDB_DB) a file "
+                          "path (a new one is created)")
+
+
 def connect(path: str | os.PathLike) -> sqlite3.Connection:
     """A connection to a casedb file that runs, imports and history write through: its schema checked to be
     casedb's (:mod:`casedb.store.schema_check`), explicit transactions, foreign
-    keys, a long busy timeout (runs, imports and shards write concurrently) and NORMAL sync in
-    WAL mode (a commit survives SIGKILL of the process, not a power cut; an fsync per recorded
-    case would dominate small cases)."""
-    conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+    keys, a long busy timeout (runs, imports and shards write concurrently; DatabaseLocked past
+    it) and NORMAL sync in WAL mode (a commit survives SIGKILL of the process, not a power cut;
+    an fsync per recorded case would dominate small cases)."""
+    check_db_file(path)
     try:
-        conn.execute("PRAGMA busy_timeout = 60000")
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_Connection)
+    except sqlite3.Error as e:
+        raise CasedbError(f"database {path}: cannot open it ({e}); give --db a file in a folder you can "
+                          "write") from None
+    conn.db_file = str(path)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         # before anything reads or writes it: the file may come from elsewhere, and its
         # triggers and views would run inside casedb
         schema_check.check(conn, str(path))
@@ -54,28 +124,9 @@ def connect(path: str | os.PathLike) -> sqlite3.Connection:
 
 
 def shape_summary(inputs: list, attrs: dict) -> str:
-    """`bf16[1, 11, 2880], bf16[2880]` — short, readable, used in listings and test ids."""
-    from casedb.cases import dtypes
-
-    def one(t):
-        return f"{dtypes.short(t['dtype'])}[{', '.join(map(str, t['shape']))}]"
-
-    parts = []
-    for spec in inputs:
-        if "tensor" in spec:
-            parts.append(one(spec["tensor"]))
-        elif "file" in spec:
-            parts.append(one(spec["file"]))
-        elif "tensor_list" in spec:
-            parts.append("[" + ", ".join(one(t) for t in spec["tensor_list"]) + "]")
-        elif "value" in spec:
-            parts.append(json.dumps(spec["value"]))
-        else:
-            parts.append(spec["py"])
-    for k, spec in attrs.items():
-        if isinstance(spec, dict) and "tensor" in spec:
-            parts.append(f"{k}={one(spec['tensor'])}")
-    return ", ".join(parts)
+    """`bf16[1, 11, 2880], bf16[2880] transposed` (casedb.cases.layout.inputs_summary): short,
+    readable, used in listings."""
+    return inputs_summary(inputs, attrs)
 
 
 @dataclass
@@ -218,12 +269,13 @@ class Store:
                 continue
             seen.add(c.signature)
             blobs.update(c.blobs)
-            rows.append((c.signature, c.op, dumps(c.inputs), dumps(c.attrs), c.dtype, c.seed,
-                         dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), stamp))
+            rows.append((c.signature, c.op, dumps_values(c.inputs), dumps_values(c.attrs), c.dtype, c.seed,
+                         dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), case_layout(c.inputs, c.attrs),
+                         stamp))
         self._insert_rows("INSERT OR IGNORE INTO blobs (sha256, data, size) VALUES ",
                           [(k, v, len(v)) for k, v in blobs.items()])
         return self._insert_rows("INSERT OR IGNORE INTO cases (signature, op, inputs, attrs, dtype, seed, marks, "
-                                 "shapes, created_at) VALUES ", rows)
+                                 "shapes, layout, created_at) VALUES ", rows)
 
     def _insert_rows(self, head: str, rows: list[tuple], tail: str = "") -> int:
         """``head (?, ...), (?, ...) tail``: the rows inserted a few hundred to a statement;

@@ -21,13 +21,12 @@ from typing import Any
 from casedb import __version__, causes, outcomes
 from casedb.errors import InputError, NotFound
 from casedb.serial import dumps, loads, now
-from casedb.store import latency
+from casedb.store import latency, run_scope
 from casedb.store.database import connect as _connect_store
+from casedb.store.run_scope import MUTANT_LABEL, NOT_MUTANT_RUN  # noqa: F401 (their home was here)
 
-RESULT_COLUMNS = ("outcome", "reason", "compare_mode", "max_abs_err", "max_rel_err", "mismatch_count",
-                  "nan_inf_mismatch", "t_ref", "t_compile", "t_exec", "error_type", "error_message", "traceback",
-                  "stage", "judge", "tolerance", "ulp_err", "ref_ulp_err", "vacuous", "exercised", "lowering",
-                  "bias_mean", "bias_toward", "bias_count", "input_values")
+from casedb.store.result_columns import RESULT_COLUMNS  # the columns of `results`, listed once there
+
 JUDGEMENT_COLUMNS = ("run_id", "result_id", "model_case_id", "model", "signature", "outcome", "reason", "rtol",
                      "atol", "stage", "triage", "triage_where", "created_at")
 
@@ -52,12 +51,19 @@ def torch_version() -> str | None:
 
 # ---------------------------------------------------------------------------------------- runs
 
+# The id a new run gets: after every run there is and every run deleted (ids are never reused;
+# migration m152 keeps the highest deleted one).
+NEXT_RUN_ID = ("(SELECT max(ifnull((SELECT max(id) FROM runs), 0), ifnull((SELECT max(id) FROM run_id_high_water), 0))"
+               " + 1)")
+
+
 def start_run(conn: sqlite3.Connection, *, selection: dict, args: list[str], device: str | None,
               backend: str) -> int:
     """Insert a `running` runs row; returns its id."""
     cur = conn.execute(
-        """INSERT INTO runs (uid, started_at, status, device, backend, torch_version, casedb_version, host, args, selection)
-           VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
+        f"""INSERT INTO runs (id, uid, started_at, status, device, backend, torch_version, casedb_version, host, args,
+                              selection)
+           VALUES ({NEXT_RUN_ID}, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
         [uuid.uuid4().hex, now(), device, backend, torch_version(), __version__, socket.gethostname(),
          dumps(list(args)), dumps(selection)])
     return cur.lastrowid
@@ -125,9 +131,9 @@ def set_run(conn: sqlite3.Connection, run_id: int, **columns) -> None:
 
 
 def insert_run(conn: sqlite3.Connection, values: dict) -> int:
-    """Insert a whole runs row (a copy from another database); returns its id."""
-    cols = list(values)
-    return conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+    """Insert a whole runs row (a copy from another database) under a new id; returns the id."""
+    cols = [c for c in values if c != "id"]
+    return conn.execute(f"INSERT INTO runs (id, {', '.join(cols)}) VALUES ({NEXT_RUN_ID}, {', '.join('?' * len(cols))})",
                         [values[c] for c in cols]).lastrowid
 
 
@@ -280,6 +286,9 @@ def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
     if run["started_at"] and run["finished_at"]:
         out["duration_s"] = _r((_dt.datetime.fromisoformat(run["finished_at"])
                                 - _dt.datetime.fromisoformat(run["started_at"])).total_seconds())
+    # what tells it apart from other runs (casedb.store.run_scope)
+    out["front_end"], out["selected"] = run_scope.front_end(sel), run_scope.selection_words(sel)
+    out["rerun_of"] = run_scope.rerun_of(conn, run_id)
     return out
 
 
@@ -343,10 +352,6 @@ def pid_alive(pid: int | None) -> bool:
 
 # ------------------------------------------------------------------------------- managing runs
 
-MUTANT_LABEL = "mutant:"  # labels of the runs `casedb mutants` makes start with it
-# SQL true for a runs row that `casedb mutants` did not make: the one spelling of "not a mutant
-# run" (runs --no-mutants, report's default run, the dashboard's latest run)
-NOT_MUTANT_RUN = f"(label IS NULL OR label NOT GLOB '{MUTANT_LABEL}*')"
 
 
 def mutant_run(label: str | None) -> bool:
@@ -369,7 +374,8 @@ def list_runs(conn: sqlite3.Connection, *, backend: str | None = None, device: s
         params.append(label)
     if not mutants:
         where.append(NOT_MUTANT_RUN)
-    sql = ("SELECT id, label, status, device, backend, started_at, finished_at, torch_version, summary FROM runs"
+    sql = ("SELECT id, label, status, device, backend, started_at, finished_at, torch_version, summary, selection"
+           " FROM runs"
            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC")
     if limit is not None:
         sql += " LIMIT ?"
@@ -381,8 +387,22 @@ def list_runs(conn: sqlite3.Connection, *, backend: str | None = None, device: s
                                               "xfailed", "xpassed", "skipped")}
         rows.append({"run_id": r["id"], "label": r["label"], "status": r["status"], "device": r["device"],
                      "backend": r["backend"], "started_at": r["started_at"], "finished_at": r["finished_at"],
-                     "torch_version": r["torch_version"], **counts})
+                     "torch_version": r["torch_version"], **_told_apart(r["selection"], summary, r), **counts})
     return rows
+
+
+def _told_apart(selection: str | None, summary: dict, run) -> dict:
+    """What tells a listed run apart: its front end, selection, shard, duration, the triage files
+    it applied and the run it re-ran part of."""
+    try:
+        sel = loads(selection) or {}
+    except ValueError:
+        sel = {}
+    options = sel.get("options") if isinstance(sel.get("options"), dict) else {}
+    triage = options.get("triage") if isinstance(options.get("triage"), list) else []
+    return {"front_end": run_scope.front_end(sel), "selection": run_scope.selection_words(sel),
+            "shard": options.get("shard"), "duration_s": run_scope.duration_s(run["started_at"], run["finished_at"]),
+            "triage": [os.path.basename(str(t)) for t in triage], "rerun_of": summary.get("rerun_of")}
 
 
 def check_label(label: str) -> str:
@@ -433,18 +453,19 @@ def failure_groups(conn: sqlite3.Connection, run_id: int, *, limit: int | None =
             f"""SELECT r.signature, r.outcome, r.stage, r.error_type, r.error_message, r.reason, c.op,
                        CASE WHEN json_valid(r.metrics) THEN json_extract(r.metrics, '$.pattern') END AS pattern,
                        (SELECT mc.model || '::' || mc.name FROM model_cases mc WHERE mc.signature = r.signature
-                        ORDER BY mc.model, mc.name LIMIT 1) AS example
+                        ORDER BY mc.model, mc.name LIMIT 1) AS example, c.shapes
                 FROM results r JOIN cases c ON c.signature = r.signature
                 WHERE r.run_id = ? AND r.outcome IN ({', '.join('?' * len(failing))})
                 ORDER BY c.op, example, r.signature""", [run_id, *failing]):
         why = causes.cause(r[1], r[2], r[3], r[4], r[5], r[7])
         g = groups.setdefault((r[6], why), {"op": r[6], "cause": why, "stage": r[2], "outcome": r[1],
-                                            "count": 0, "examples": [], "signatures": []})
+                                            "count": 0, "examples": [], "example_inputs": [], "signatures": []})
         g["count"] += 1
         g["outcome"] = outcomes.worst([g["outcome"], r[1]])
         if len(g["signatures"]) < 20:
             g["signatures"].append(r[0])
         if len(g["examples"]) < 3 and r[8]:
             g["examples"].append(r[8])
+            g["example_inputs"].append(r[9])  # (with each tensor's layout: casedb.cases.layout)
     out = sorted(groups.values(), key=lambda g: (-g["count"], g["op"], g["cause"]))
     return out if limit is None else out[:limit]

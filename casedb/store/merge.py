@@ -12,8 +12,14 @@ A run already in the target (same uid, or listed in a combined run's ``merged_fr
 copied again when the target's run holds its results and judgements, so merging the same shard
 twice changes nothing; a run whose uid names a target run that lacks its rows (a forged claim, or
 a shard resumed since) is copied as a new run that records the uid it came with. ``combine``: all
-source runs become one run (the shards of one CI job), its summary computed from the merged rows.
-A merged run's stored selection is data only: resuming it asks for its ``--import`` modules again.
+source runs become one run (the shards of one CI job), its summary computed from the merged rows;
+runs of more than one target are refused, and two shards' different outcomes of one case are
+conflicts, reported, the worse kept (:mod:`casedb.store.merge_combine`).
+
+A merged run was recorded by another process, often on another host: it keeps no host or pid
+(its origin is in ``merged_from``), and one copied while it was running is ``interrupted`` (what
+it holds is all there is here; ``--resume`` runs the rest). Its stored selection is data only:
+resuming it asks for its ``--import`` modules again.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from casedb.store import history
+from casedb.store import history, merge_combine
 from casedb.errors import CasedbError, NotFound
 from casedb.store.merge_source import Source
 from casedb.serial import dumps, loads
@@ -62,6 +68,8 @@ def _merge_all(conn, sources: list[Source], target_path: Path, combine: bool) ->
     """Every source in one transaction: all of them are merged, or none."""
     report: dict[str, Any] = {"target": str(target_path), "sources": [], "runs": 0, "results": 0, "judgements": 0}
     combined = None if combine else False
+    if combine:
+        merge_combine.one_target(sources)
     conn.execute("BEGIN IMMEDIATE")
     try:
         for src in sources:
@@ -72,6 +80,7 @@ def _merge_all(conn, sources: list[Source], target_path: Path, combine: bool) ->
             report["sources"].append(part)
             for k in ("runs", "results", "judgements"):
                 report[k] += part[k]
+        report["conflicts"] = sum(p["conflicts"] for p in report["sources"])
         if combined:
             _close_combined(conn, combined)
         conn.execute("COMMIT")
@@ -121,13 +130,11 @@ def _merge_one(conn, src: Source, combined) -> tuple[dict, int | None]:
         origin = {"source": src.where, "run_id": run["id"], "uid": uid, "status": run["status"],
                   "device": run["device"], "backend": run["backend"], "started_at": run["started_at"],
                   "finished_at": run["finished_at"], "shard": (selection.get("options") or {}).get("shard"),
-                  "planned": selection.get("planned")}
+                  "planned": selection.get("planned"), "host": run["host"]}
         if combined is False:
-            values = {**{c: run[c] for c in run_cols}, "uid": uid}
-            if holders:  # its uid names a target run without its rows: a new identity that keeps the old
-                values.update(uid=uuid.uuid4().hex, selection=dumps(
-                    {**selection, "merged_from": (selection.get("merged_from") or []) + [origin]}))
-            new_run = history.insert_run(conn, values)
+            # its uid names a target run without its rows (holders): a new identity that keeps the old
+            new_run = history.insert_run(conn, _copied_run(run, run_cols, uuid.uuid4().hex if holders else uid,
+                                                           selection, origin))
         else:
             combined = combined or _new_combined(conn, run, selection)
             sel = history.get_run(conn, combined)["selection"]
@@ -136,10 +143,19 @@ def _merge_one(conn, src: Source, combined) -> tuple[dict, int | None]:
             new_run = combined
         claims.setdefault(uid, []).append(new_run)
         part["runs"] += 1
-        _copy_history(conn, src, run["id"], new_run, mc_map, names, part)
+        _copy_history(conn, src, run["id"], new_run, mc_map, names, part, combining=combined is not False)
         if combined is False:
             history.refresh_summary(conn, new_run)
     return part, (None if combined is False else combined)
+
+
+def _copied_run(run, run_cols: list[str], uid: str, selection: dict, origin: dict) -> dict:
+    """A source runs row as the target keeps it: no host or pid (no process here records it; its
+    origin says where it ran), ``interrupted`` where it was copied while running."""
+    kept = {k: v for k, v in selection.items() if k not in ("pid", "resumed")}
+    kept["merged_from"] = (selection.get("merged_from") or []) + [origin]
+    return {**{c: run[c] for c in run_cols}, "uid": uid, "host": None, "selection": dumps(kept),
+            "status": "interrupted" if run["status"] == "running" else run["status"]}
 
 
 def _copy_models(conn, src: Source, part: dict) -> dict[str, str]:
@@ -227,29 +243,38 @@ def _new_combined(conn, run, selection: dict) -> int:
     return history.insert_run(conn, {
         "uid": uuid.uuid4().hex, "started_at": run["started_at"], "status": "finished",
         "device": run["device"], "backend": run["backend"], "torch_version": run["torch_version"],
-        "casedb_version": run["casedb_version"], "host": run["host"], "args": run["args"],
+        "casedb_version": run["casedb_version"], "host": None, "args": run["args"],
         "selection": dumps({"options": {**(selection.get("options") or {}), "shard": None},
                             "version": selection.get("version"), "merged_from": []})})
 
 
-def _copy_history(conn, src: Source, run_id: int, new_run: int, mc_map: dict, names: dict, part: dict) -> None:
-    """A source run's results and judgements, into target run ``new_run``."""
+def _copy_history(conn, src: Source, run_id: int, new_run: int, mc_map: dict, names: dict, part: dict, *,
+                  combining: bool) -> None:
+    """A source run's results and judgements, into target run ``new_run`` (``combining``: a
+    combined run, where another shard's row of the same case may be there already)."""
     res_cols = _shared(conn, src, "results", skip=("id", "run_id", "model_case_id"))
-    res_map = {}
+    res_map, replaced = {}, set()
+    conflicts = merge_combine.Conflicts(conn, src, part) if combining else None
     for r in src.conn.execute(f"SELECT id, model_case_id, {', '.join(res_cols)} FROM results WHERE run_id = ?",
                               [run_id]).fetchall():
-        new_id = history.insert_result(conn, {"run_id": new_run, "model_case_id": mc_map.get(r["model_case_id"]),
-                                              **{c: r[c] for c in res_cols}})
+        values = {"run_id": new_run, "model_case_id": mc_map.get(r["model_case_id"]), **{c: r[c] for c in res_cols}}
+        new_id = history.insert_result(conn, values)
         if new_id is not None:
             res_map[r["id"]] = new_id
             part["results"] += 1
+        elif conflicts and (kept := conflicts.result(values)) is not None:
+            res_map[r["id"]] = kept
+            replaced.add(r["id"])
     for j in src.conn.execute("SELECT * FROM judgements WHERE run_id = ?", [run_id]).fetchall():
         if j["result_id"] is not None and j["result_id"] not in res_map:
-            continue  # its result was already in the target run
-        part["judgements"] += history.insert_judgement(conn, {
-            **{c: j[c] for c in history.JUDGEMENT_COLUMNS if c in j.keys()},
-            "run_id": new_run, "result_id": res_map.get(j["result_id"]), "model": names.get(j["model"], j["model"]),
-            "model_case_id": mc_map.get(j["model_case_id"])})
+            continue  # its result was already in the target run (and stays)
+        values = {**{c: j[c] for c in history.JUDGEMENT_COLUMNS if c in j.keys()},
+                  "run_id": new_run, "result_id": res_map.get(j["result_id"]), "model": names.get(j["model"], j["model"]),
+                  "model_case_id": mc_map.get(j["model_case_id"])}
+        if history.insert_judgement(conn, values):
+            part["judgements"] += 1
+        elif conflicts:
+            conflicts.judgement(values, replaced=j["result_id"] in replaced)
 
 
 def _close_combined(conn, run_id: int) -> None:

@@ -11,7 +11,9 @@ The file may come from anywhere, so nothing in it is taken on its word:
 * every reference must point at a row (``PRAGMA foreign_key_check``), every JSON column must hold
   what casedb writes there, every timestamp must be ISO 8601 with a zone, a combined run's
   ``merged_from`` must be a list of runs;
-* what is read is bounded: a text value at most MAX_TEXT_BYTES, a blob at most MAX_BLOB_BYTES.
+* what is read is bounded: a text value at most MAX_TEXT_BYTES, a blob at most MAX_BLOB_BYTES;
+* an occurrence's ``count`` (and a run's planned counts) is at most ``bounds.MAX_COUNT``, as an
+  import allows: sums of counts must not overflow SQLite's integers in the views.
 
 Any of these refuses the whole merge (:class:`UnusableDatabase`, exit 2; the target is not
 touched), naming the rows: a file holding a forged row is not a shard to take part of.
@@ -27,10 +29,11 @@ from pathlib import Path
 from typing import Iterator
 
 from casedb.cases import dtypes
+from casedb.cases.bounds import MAX_COUNT
 from casedb.store import schema_check
 from casedb.cases import marks as marks_mod
 from casedb.store.schema_check import UnusableDatabase
-from casedb.serial import dumps
+from casedb.serial import dumps, dumps_values
 
 MAX_TEXT_BYTES = 16 << 20
 MAX_BLOB_BYTES = 1_000_000_000  # SQLite's own limit on one value
@@ -41,7 +44,8 @@ MIN_MIGRATIONS = 3
 
 _JSON_OBJECT = "(CASE WHEN json_valid({0}) THEN json_type({0}) END) = 'object'"
 _JSON_ARRAY = "(CASE WHEN json_valid({0}) THEN json_type({0}) END) = 'array'"
-_TOL = "({0} IS NULL OR (typeof({0}) IN ('integer', 'real') AND {0} >= 0))"
+# finite: an infinite tolerance passes every result (SQLite holds no NaN: it reads back NULL)
+_TOL = "({0} IS NULL OR (typeof({0}) IN ('integer', 'real') AND {0} >= 0 AND {0} <= 1.7976931348623157e308))"
 # (table, condition every row must meet, what it means)
 ROW_RULES = (
     ("models", f"typeof(name) = 'text' AND name != '' AND (defaults IS NULL OR {_JSON_OBJECT.format('defaults')})",
@@ -51,8 +55,9 @@ ROW_RULES = (
                     " AND (skip_if IS NULL OR json_valid(skip_if)) AND (xfail IS NULL OR json_valid(xfail))"
                     " AND (expects_error IS NULL OR json_valid(expects_error))"
                     f" AND {_TOL.format('rtol')} AND {_TOL.format('atol')}"
-                    " AND typeof(count) IN ('integer', 'null') AND typeof(position) IN ('integer', 'null')",
-     "a model, signature and name, marks as a JSON list, JSON conditions, tolerances >= 0"),
+                    f" AND (count IS NULL OR (typeof(count) = 'integer' AND count BETWEEN 1 AND {MAX_COUNT}))"
+                    " AND typeof(position) IN ('integer', 'null')",
+     f"a model, signature and name, marks as a JSON list, JSON conditions, tolerances >= 0, count 1 to {MAX_COUNT:,}"),
     ("runs", f"(selection IS NULL OR {_JSON_OBJECT.format('selection')}) AND (args IS NULL OR json_valid(args))"
              " AND typeof(uid) IN ('text', 'null')",
      "its selection as a JSON object, args as JSON"),
@@ -120,6 +125,9 @@ class Source:
                      for p in run_problems(*run)], "runs that are not what casedb records")
         self.refuse([p for name, defaults in self.conn.execute("SELECT name, defaults FROM models")
                      for p in defaults_problems(name, defaults)], "models whose defaults casedb would not import")
+        self.refuse([p for model, name, marks in self.conn.execute("SELECT model, name, marks FROM model_cases")
+                     for p in marks_problems(model, name, marks)][:SHOWN + 1],
+                    "occurrences with marks casedb would not import")
         problems, bad, referenced = [], 0, set()
         for row in self.conn.execute("SELECT signature, op, inputs, attrs, seed, dtype FROM cases"):
             try:
@@ -154,6 +162,7 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
     from casedb import names
     from casedb.cases import signature as sig_mod
     from casedb.cases import spec as casespec
+    from casedb.cases.layout import case_layout
     from casedb.store.database import shape_summary
 
     try:
@@ -168,9 +177,10 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
             raise ValueError("its signature is not the sha256 of its op, inputs, attrs and seed")
         blobs = _check_inputs(inputs, attrs)
         computes = casespec.computed_dtype(inputs, attrs, dtypes.canonical(dtype))
-        return {"signature": signature, "op": op, "inputs": dumps(inputs), "attrs": dumps(attrs), "seed": seed,
+        return {"signature": signature, "op": op, "inputs": dumps_values(inputs), "attrs": dumps_values(attrs),
+                "seed": seed,
                 "dtype": computes, "marks": dumps(marks_mod.derive(inputs, attrs)),
-                "shapes": shape_summary(inputs, attrs), "blobs": blobs}
+                "shapes": shape_summary(inputs, attrs), "layout": case_layout(inputs, attrs), "blobs": blobs}
     except ValueError:
         raise
     except RecursionError:
@@ -244,9 +254,21 @@ def run_problems(run_id, uid, started_at, finished_at, selection) -> list[str]:
         out.append(f"run {run_id}: merged_from is not a list of runs, each with its uid")
     if not isinstance(options, dict) or not isinstance(options.get("triage") or [], list):
         out.append(f"run {run_id}: its options are not a JSON object (with triage a list of files)")
-    if not isinstance(planned, dict) or not all(isinstance(v, int) for v in planned.values()):
-        out.append(f"run {run_id}: planned is not a JSON object of counts")
+    if not isinstance(planned, dict) or not all(isinstance(v, int) and 0 <= v <= MAX_COUNT for v in planned.values()):
+        out.append(f"run {run_id}: planned is not a JSON object of counts (0 to {MAX_COUNT:,})")
     return out
+
+
+def marks_problems(model: str, name: str, marks: str | None) -> list[str]:
+    """What is wrong with an occurrence's own marks: one named like pytest's markers (skip, xfail...)
+    or a model mark would hide its failures in the pytest front end."""
+    from casedb.cases.expectations import marks_of
+
+    try:
+        marks_of(json.loads(marks) if marks else None)
+    except (ValueError, RecursionError) as e:
+        return [f"{model}::{name}: {e}"]
+    return []
 
 
 def defaults_problems(name: str, defaults: str | None) -> list[str]:

@@ -269,3 +269,50 @@ def m141_repro_run(db):
     # The repro command the views show names its run (`casedb repro ... --run N`), so the script
     # takes that run's imports, judge and tolerances.
     _create_views(db)
+
+
+@migrations()
+def m152_run_ids_never_reused(db):
+    # A deleted run's id is never given again (a report, a triage comment or a CI log that names
+    # run 7 must not come to mean another run): the highest id deleted is kept here, by a trigger,
+    # and casedb.store.history gives a new run the id after both it and every id in runs.
+    db.execute("CREATE TABLE run_id_high_water (id INTEGER NOT NULL)")
+    db.execute("INSERT INTO run_id_high_water (id) SELECT ifnull(max(id), 0) FROM runs")
+    db.execute("CREATE TRIGGER runs_deleted_high_water AFTER DELETE ON runs BEGIN "
+               "UPDATE run_id_high_water SET id = old.id WHERE id < old.id; END")
+
+
+@migrations()
+def m160_explanations(db):
+    # What `casedb explain` found for each failure cause of a run (the condition, its confirmation,
+    # the layer at fault, the smallest failing case; casedb.explain.report's JSON per cause), and the
+    # derived cases it stored: each one's parent and the change that made it (lineage).
+    db["explanations"].create(
+        {"run_id": int, "position": int, "cause": str, "body": str, "created_at": str},
+        pk=("run_id", "position"))  # (no foreign key: `casedb runs delete` needs no knowledge of it)
+    db["derived_cases"].create(
+        {"signature": str, "parent_signature": str, "transformation": str, "run_id": int, "cause": str,
+         "created_at": str},
+        pk="signature", foreign_keys=[("signature", "cases", "signature")])
+
+
+@migrations()
+def m170_layout_marks(db):
+    # Inputs are shown with their layout (casedb.cases.layout: `fp32[4, 8] transposed`; cases.layout:
+    # the case's in one facetable word), and the layout derived marks (noncontiguous, transposed,
+    # broadcast, offset) join the others: all recomputed from each case's stored inputs. Signatures
+    # do not depend on any of them.
+    import json
+
+    from casedb.cases.layout import case_layout, inputs_summary
+    from casedb.cases.marks import derive
+    from casedb.serial import dumps
+
+    db["cases"].add_column("layout", str)
+    updates = []
+    for signature, inputs, attrs in db.execute("SELECT signature, inputs, attrs FROM cases").fetchall():
+        inputs, attrs = json.loads(inputs or "[]"), json.loads(attrs or "{}")
+        updates.append((dumps(derive(inputs, attrs)), inputs_summary(inputs, attrs), case_layout(inputs, attrs),
+                        signature))
+    db.conn.executemany("UPDATE cases SET marks = ?, shapes = ?, layout = ? WHERE signature = ?", updates)
+    db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_layout ON cases (layout)")

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 
 from casedb.errors import InputError
-from casedb.escape import yaml_comment as emit_comment, yaml_scalar as scalar
+from casedb.escape import yaml_comment as emit_comment
 from casedb.judge.selectors import CASE_KEYS, TARGET_KEYS
 from casedb.triage.entries import VERSION, Entry
+from importers.yaml_manifest import yaml_scalar as scalar
 
 _ENTRY_ORDER = CASE_KEYS + TARGET_KEYS + ("status", "stage", "reason", "rtol", "atol", "timeout")
 

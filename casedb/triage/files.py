@@ -18,7 +18,6 @@ from casedb.cases import dtypes, marks as marks_mod
 from casedb.errors import InputError
 from casedb.judge import numerics
 from casedb.judge.selectors import CASE_KEYS, LITERAL, REGEX_TELL, SIGNATURE, TARGET_KEYS, WILD, Pattern, brackets_close
-from casedb.run.runspec import MAX_TIMEOUT
 from casedb.triage.entries import (DEFAULT_KEYS, ENTRY_KEYS, MAX_FILE_BYTES, MAX_ITEMS, RULE_KEYS, STATUSES, TOP_KEYS,
                                    UNLISTED, VERSION, Entry, RuleSpec, Triage)
 
@@ -92,7 +91,8 @@ class YamlFile:
     """One file's text and document, with the line of each key (for problems and edits)."""
 
     def __init__(self, path: Path):
-        from importers import files, yaml_manifest
+        from casedb import files
+        from importers import yaml_manifest
 
         self.path = Path(path)
         try:
@@ -398,7 +398,7 @@ def _parse_entry(m: dict, f: YamlFile, line, stop, order: int, problems: list) -
     for k in ("rtol", "atol", "timeout"):
         if m.get(k) is not None:
             nums[k] = check_number(k, m[k], f.where(f.key_line(line, k, stop)), problems, positive=k == "timeout",
-                                   most=MAX_TIMEOUT if k == "timeout" else math.inf)
+                                   most=outcomes.MAX_TIMEOUT if k == "timeout" else math.inf)
     if ("rtol" in nums or "atol" in nums) and "marks" in sel:
         problems.append(Problem(where, "rtol/atol on an entry that selects by marks cannot be applied",
                                 "select the cases by op, name, model, signature or dtype for a tolerance"))

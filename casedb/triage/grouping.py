@@ -3,8 +3,9 @@ case. A cause is :func:`casedb.causes.cause` of the op: its stage and normalized
 or a wrong result's pattern — what the run summary and ``casedb report`` group by.
 
 Each group's entry is as wide as the run shows (:func:`group_entries`): the op, else the op and
-one dtype, else the op in one model, else the cases one by one — the first whose every case it
-would govern on the run's target ran in the run and failed with that cause.
+one dtype, else the op with a layout mark every case of the group has (``marks: [noncontiguous]``:
+what a stride bug fails on), else the op in one model, else the cases one by one — the first
+whose every case it would govern on the run's target that ran failed with that cause.
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def groups(rows: list[dict]) -> list[tuple[str, str, list[dict]]]:
     return [(op, why, by[(op, why)]) for op, why in sorted(by)]
 
 
-def group_entries(rows: list[dict], current: Triage, run, order: int) -> list[tuple[dict, str | None]]:
+def group_entries(rows: list[dict], current: Triage, run, order: int, notes: list | None = None
+                  ) -> list[tuple[dict, str | None]]:
     """(entry mapping, comment) per group of failing ``rows`` (cases no entry covers),
     each scoped as ``run.scoped``; ``current``: the triage they join (later entries win ties:
-    ``order`` is the last order used). ``run``: the update's :class:`casedb.triage.update._Run`."""
+    ``order`` is the last order used). ``run``: the update's :class:`casedb.triage.update._Run`.
+    Cases the run did not run (another shard, another selection) do not hold an entry back: the
+    comment counts them. ``notes`` gets why a group was not written as one op-wide entry."""
     by_op: dict[str, list] = {}
     for o, norms in zip(run.every, run.norms):
         by_op.setdefault(norms["op"], []).append((o, norms))
@@ -60,27 +64,58 @@ def group_entries(rows: list[dict], current: Triage, run, order: int) -> list[tu
     for op, why, members in groups(rows):
         ids = {r["model_case_id"] for r in members}
         pool = by_op.get(normalize("op", op), [])
-        chosen = next((sels for sels in _candidates(op, members)
-                       if all(_only_these(s, current, run, pool, ids, order + 1) for s in sels)), None)
+        options = list(_candidates(op, members))
+        chosen = next((pairs for pairs in options
+                       if all(_only_these(s, current, run, pool, ids, order + 1) for s, _ in pairs)), None)
         if chosen is None:
-            chosen = [case_selector(r, run.clashes) for r in members]
-        for sel in chosen:
+            chosen = [(case_selector(r, run.clashes), [r]) for r in members]
+        narrowed = None if chosen is options[0] else _held_back(op, current, run, pool, ids, order + 1)
+        if narrowed and notes is not None:
+            n = len(chosen)
+            notes.append(f"{op}: {why}: {n} entr{'y' if n == 1 else 'ies'} narrower than the op: {narrowed}")
+        for sel, sub in chosen:
             order += 1
             scoped = {**sel, **run.scoped}
+            unrun = sum(1 for o in governed(sel, "known_failure", current, run, pool, order)
+                        if o["model_case_id"] not in run.ran)
             current = Triage(current.entries + [Entry(status="known_failure", where="(new)", selectors=scoped,
                                                       order=order)], [], current.unlisted)
-            entry = {**scoped, "status": "known_failure", **_settings(why, members)}
-            out.append((entry, _note(members, run.run_id, len(chosen) > 1)))
+            entry = {**scoped, "status": "known_failure", **_settings(why, sub)}
+            note = _note(sub, run.run_id, unrun, narrowed if sel is chosen[0][0] else None)
+            found = getattr(run, "explained", {}).get(why)
+            if found:  # what casedb explain found for this cause
+                note = f"{note.rstrip('.') + '. ' if note else ''}casedb explain: {found}."
+            out.append((entry, note))
     return out
 
 
 def _candidates(op: str, members: list[dict]):
-    """The selector lists to try for a group, widest first (the cases one by one is the fallback)."""
-    yield [{"op": literal(op)}]
+    """The (selectors, the members each governs) lists to try for a group, widest first (the cases
+    one by one is the fallback)."""
+    yield [({"op": literal(op)}, members)]
     dtypes = sorted({r["dtype"] for r in members if r["dtype"]})
     if len(dtypes) == 1 and all(r["dtype"] for r in members):
-        yield [{"op": literal(op), "dtype": dtypes[0]}]
-    yield [{"model": literal(m), "op": literal(op)} for m in sorted({r["model"] for r in members})]
+        yield [({"op": literal(op), "dtype": dtypes[0]}, members)]
+    # a layout every member has (casedb.cases.layout): what a backend's stride bug fails on
+    shared = set.intersection(*(set(r.get("marks") or ()) for r in members))
+    for mark in ("noncontiguous", "transposed", "broadcast", "offset"):
+        if mark in shared:
+            yield [({"op": literal(op), "marks": [mark]}, members)]
+    models = sorted({r["model"] for r in members})
+    yield [({"model": literal(m), "op": literal(op)}, [r for r in members if r["model"] == m]) for m in models]
+
+
+def _held_back(op: str, current: Triage, run, pool: list, ids: set, order: int) -> str | None:
+    """Why an op-wide entry would be wrong: the cases of the op that ran and did not fail so."""
+    others = [run.ran[o["model_case_id"]] for o in governed({"op": literal(op)}, "known_failure", current, run, pool,
+                                                           order)
+              if o["model_case_id"] not in ids and o["model_case_id"] in run.ran]
+    if not others:
+        return None
+    passed = sum(1 for r in others if r["outcome"] in outcomes.PASSING)
+    parts = ([f"{passed} other case(s) of it passed in run {run.run_id}"] if passed else []) + (
+        [f"{len(others) - passed} failed otherwise"] if len(others) > passed else [])
+    return ", ".join(parts)
 
 
 def governed(sel: dict, status: str, current: Triage, run, pool, order: int):
@@ -92,36 +127,59 @@ def governed(sel: dict, status: str, current: Triage, run, pool, order: int):
 
 
 def _only_these(sel: dict, current: Triage, run, pool: list, ids: set, order: int) -> bool:
-    """Whether every case a known_failure entry ``sel`` would govern is one of ``ids``."""
-    return all(o["model_case_id"] in ids for o in governed(sel, "known_failure", current, run, pool, order))
+    """Whether every case a known_failure entry ``sel`` would govern that ran is one of ``ids``."""
+    return all(o["model_case_id"] in ids or o["model_case_id"] not in run.ran
+               for o in governed(sel, "known_failure", current, run, pool, order))
 
 
 def _settings(why: str, members: list[dict]) -> dict:
-    """The stage and reason of a group's entry: the error line its cases share, else the cause."""
+    """The stage and reason of an entry for ``members``: the error line they share (a single
+    case's own), else what their cause says beyond its stage, else the worst case's line."""
     r = members[0]
     stage = r["stage"] or outcomes.failure_stage(r["outcome"])
     if stage not in outcomes.STAGES:
         stage = None
     lines = {first_error_line(m["error_type"], m["error_message"], m["reason"]) for m in members}
+    head = r["stage"] or r["outcome"] or "?"
     if len(lines) == 1:
         reason = lines.pop()
+    elif why.startswith(head + ": "):
+        reason = why[len(head) + 2:]
     else:
-        head = r["stage"] or r["outcome"] or "?"
-        reason = why[len(head) + 2:] if why.startswith(head + ": ") else why
+        worst = max(members, key=lambda m: m["max_abs_err"] if m["max_abs_err"] is not None else -1.0)
+        reason = (f"{first_error_line(worst['error_type'], worst['error_message'], worst['reason'])} "
+                  f"(the largest error of {len(members)} cases)")
     return {"stage": stage, "reason": reason}
 
 
-def _note(members: list[dict], run_id: int, split: bool) -> str | None:
-    """The comment above a group's entry: how many cases it stands for (when more than one), and
-    for a wrong result the largest error (casedb never loosens a tolerance itself)."""
+def _note(members: list[dict], run_id: int, unrun: int = 0, narrowed: str | None = None) -> str | None:
+    """The comment above an entry: how many cases it stands for (when more than one) and how many
+    more it covers that the run did not run; why the group is split (``narrowed``); for a wrong
+    result its own error and tolerance (a group's: the range of its cases' errors). casedb never
+    loosens a tolerance itself."""
     notes = []
-    if len(members) > 1 and not split:
+    if len(members) > 1:
         shown = ", ".join(f"{m['model']}::{m['name']}" for m in members[:3])
         notes.append(f"{len(members)} cases failed so in run {run_id} ({shown}{', ...' if len(members) > 3 else ''}).")
+    if unrun:
+        notes.append(f"It covers {unrun} more case(s) that run {run_id} did not run (another shard or selection).")
+    if narrowed:
+        notes.append(f"Narrower than the op: {narrowed}.")
     wrong = [m for m in members if m["outcome"] == "failed" or m["stage"] == "incorrect result"]
     if wrong:
-        errs = [m["max_abs_err"] for m in wrong if m["max_abs_err"] is not None]
-        err = f"max abs err {max(errs):.3g}" if errs else "outside tolerance"
-        notes.append(f"incorrect result: {err}. casedb does not loosen tolerances by itself: if this error is "
-                     "acceptable, set rtol/atol on this entry after review")
+        errs = sorted(m["max_abs_err"] for m in wrong if m["max_abs_err"] is not None)
+        err = ("outside tolerance" if not errs else f"max abs err {errs[0]:.3g}" if len(errs) == 1 or errs[0] == errs[-1]
+               else f"max abs err {errs[0]:.3g} to {errs[-1]:.3g}")
+        tol = _tolerance(wrong)
+        notes.append(f"incorrect result: {err}{f' ({tol})' if tol else ''}. casedb does not loosen tolerances by itself: "
+                     "if this error is acceptable, set rtol/atol on this entry after review")
     return " ".join(notes) or None
+
+
+def _tolerance(rows: list[dict]) -> str | None:
+    """The tolerance ``rows`` were judged with, when they share one."""
+    tols = {(r["rtol"], r["atol"]) if r["rtol"] is not None and r["atol"] is not None else r["tolerance"] for r in rows}
+    if len(tols) != 1:
+        return None
+    tol = tols.pop()
+    return f"rtol {tol[0]:g}, atol {tol[1]:g}" if isinstance(tol, tuple) else tol

@@ -9,7 +9,7 @@ from pathlib import Path
 from casedb.cases import dtypes
 from casedb.errors import InputError
 from casedb.escape import yaml_comment as emit_comment
-from casedb.run.console import clean
+from casedb.console import clean
 from casedb.triage.editor import emit_entry
 from casedb.triage.entries import SETTING_KEYS, VERSION
 from casedb.triage.files import YamlFile, check_number

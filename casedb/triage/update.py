@@ -10,6 +10,7 @@ from pathlib import Path
 from casedb import outcomes
 from casedb.causes import first_error_line
 from casedb.errors import InputError
+from casedb.store import explanations
 from casedb.judge.selectors import TARGET_KEYS, case_norms, literal
 from casedb.triage.editor import edit
 from casedb.triage.entries import ENTRY_KEYS, SETTING_KEYS, Entry, Triage
@@ -32,12 +33,13 @@ class Proposal:
     rewritten: list = field(default_factory=list)    # where of entries made expected_pass (tolerance kept)
     kept: list = field(default_factory=list)         # (where, why) of known_failure entries that pass in part
     regressions: list = field(default_factory=list)  # (model::name, where) of expected passes that fail
+    notes: list = field(default_factory=list)        # why a --group cause got more than one entry
 
     def to_dict(self) -> dict:
         return {"path": str(self.path), "run_id": self.run_id, "target": self.target, "added": self.added,
                 "promoted": self.promoted, "removed": self.removed, "rewritten": self.rewritten,
                 "kept": [{"where": w, "why": y} for w, y in self.kept],
-                "regressions": [{"case": c, "where": w} for c, w in self.regressions]}
+                "regressions": [{"case": c, "where": w} for c, w in self.regressions], "notes": self.notes}
 
     @property
     def changed(self) -> bool:
@@ -79,6 +81,7 @@ class _Run:
     every: list
     scoped: dict                                    # the target keys new entries are scoped to
     clashes: set                                    # (model, name) keys more than one case has
+    explained: dict = field(default_factory=dict)   # cause -> what casedb explain found (its condition)
     ran: dict = field(init=False)
     norms: list = field(init=False)
 
@@ -90,7 +93,8 @@ class _Run:
 DEFAULT_SCOPE = ("device", "backend")
 
 
-def propose(store, run_id: int, path, *, others=(), scope=DEFAULT_SCOPE, group: bool = False) -> Proposal:
+def propose(store, run_id: int, path, *, others=(), scope=DEFAULT_SCOPE, group: bool = False,
+            with_passing: bool = False) -> Proposal:
     """The edit of triage file ``path`` that run ``run_id`` calls for (``others``: further triage
     files whose entries count but are not edited). Reads the DB only.
 
@@ -101,11 +105,13 @@ def propose(store, run_id: int, path, *, others=(), scope=DEFAULT_SCOPE, group: 
       nothing of it; ``()``: every target). An incorrect result gets a comment with its
       error and tolerance: casedb never loosens a tolerance itself. With ``group``: one entry
       per failure cause (op x stage x error line, or a wrong result's pattern) with op-level
-      selectors, as wide as the run shows (:mod:`casedb.triage.grouping`).
+      selectors, as wide as the run shows (:mod:`casedb.triage.grouping`; cases the run did not
+      run, e.g. on a shard, do not narrow it), each with its own reason and figures.
     * A known_failure entry of ``path`` whose every case (in the DB, on this target) ran in this
       run and passed is removed — or, when it carries rtol/atol/timeout, becomes expected_pass,
       keeping them (dropping it could fail the case).
-    * Cases then unspecified that passed are promoted to expected_pass: one entry per op when
+    * With ``with_passing``: cases then unspecified that passed are promoted to expected_pass (a
+      triage file holds what fails unless asked): one entry per op when
       every case that entry would govern ran in this run and passed, else one per model and op,
       else one per case. (An entry with ``status: unspecified`` keeps its cases out of updates.)
     * An expected_pass case that failed is a regression: listed, never edited.
@@ -120,17 +126,19 @@ def propose(store, run_id: int, path, *, others=(), scope=DEFAULT_SCOPE, group: 
         target = run_target(db, run_id)
         rows = run_rows(db, run_id)
         every = occurrences(db)
+        explained = {e["cause"]: (e.get("condition") or {}).get("text") for e in explanations.load(db, run_id) or []}
     path = Path(path)
     files = ([path] if path.exists() else []) + [Path(p) for p in others if Path(p) != path]
     triage = load(files)
     mine = [e for e in triage.entries if Path(e.path) == path]
     # every value written is a literal selector: a name `*` selects that case, not every case
     scoped = {k: literal(target[k]) for k in scope if target.get(k)}
-    run = _Run(run_id, target, rows, every, scoped, name_clashes(every))
+    run = _Run(run_id, target, rows, every, scoped, name_clashes(every), explained)
     prop = Proposal(path=path, run_id=run_id, target=target, text="")
     drop, rewrite = _passing_known_failures(triage, mine, run, prop)
     current, new_entries = _new_failures(triage, drop, rewrite, run, prop, group=group)
-    new_entries += _promotions(triage, current, new_entries, run, prop)
+    if with_passing:
+        new_entries += _promotions(triage, current, new_entries, run, prop)
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     prop.text = edit(text, mine, drop, rewrite, new_entries, run_id, target)
     return prop
@@ -188,7 +196,8 @@ def _new_failures(triage: Triage, drop: set, rewrite: set, run: _Run, prop: Prop
             continue
         new_rows.append(r)
     if group:
-        new_entries = group_entries(new_rows, current, run, max((e.order for e in triage.entries), default=0))
+        new_entries = group_entries(new_rows, current, run, max((e.order for e in triage.entries), default=0),
+                                    prop.notes)
     else:
         new_entries = [_failure_entry(r, run.scoped, run.clashes) for r in new_rows]
     prop.added.extend(entry for entry, _ in new_entries)
@@ -268,10 +277,10 @@ def _as_expected(e: Entry) -> Entry:
 
 
 def update_from_run(store_or_conn, run_id: int, path, output=None, *, others=(), scope=DEFAULT_SCOPE,
-                    group: bool = False) -> str:
+                    group: bool = False, with_passing: bool = False) -> str:
     """The text of triage file ``path`` updated from run ``run_id`` (see :func:`propose`); written
     to ``output`` when given (``path`` itself to edit it in place)."""
-    prop = propose(store_or_conn, run_id, path, others=others, scope=scope, group=group)
+    prop = propose(store_or_conn, run_id, path, others=others, scope=scope, group=group, with_passing=with_passing)
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(prop.text, encoding="utf-8")

@@ -19,7 +19,7 @@ import pytest
 from bench.bench_hostile import measure_apart
 from casedb.cases import materialize
 from casedb.cases.ops import op_info
-from tests.conftest import DATA, rows, sha256_of
+from tests.helpers import DATA, rows, sha256_of
 from tests.hostile.test_run_hostile import CPU_EAGER, add_case, manifest
 
 pytestmark = pytest.mark.timeout(600)
@@ -34,6 +34,7 @@ def flow_list(items: str, n: int) -> str:
     return "[" + ", ".join([items] * n) + "]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, body, said", [
     ("tensor_list", "      - tensor_list: " + flow_list("{shape: [1]}", 10 ** 6),
      "m.yaml:6: tensor_list holds more than 10,000 items; a case takes at most 10,000 tensors in one list"),
@@ -110,6 +111,7 @@ def test_sizing_an_op_fake_tensors_refuse_logs_nothing():
     assert not logger.disabled  # given back as it was
 
 
+@pytest.mark.slow
 def test_max_numel_counts_what_a_factory_op_makes(cli, db_path, tmp_path):
     small = tmp_path / "small.db"
     for db, cases in ((small, [add_case("ok")]), (db_path, [add_case("ok"), FULL])):

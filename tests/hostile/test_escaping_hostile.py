@@ -12,7 +12,7 @@ from markdown_it import MarkdownIt
 from casedb import escape
 from casedb.read import report as report_mod
 from tests import runs_data
-from tests.conftest import rows
+from tests.helpers import rows
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import rows
+from tests.helpers import import_manifests, rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,8 +29,7 @@ def exported_db(cli, db_path, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     torch.save(torch.arange(6, dtype=torch.float32).reshape(2, 3), src / "x.pt")
-    (src / "m.yaml").write_text("model: m\ncases:\n  - name: f\n    op: torch.relu\n    inputs: [{file: x.pt}]\n")
-    assert cli("import", src / "m.yaml").exit_code == 0
+    import_manifests(cli, src, {"m.yaml": "model: m\ncases:\n  - name: f\n    op: torch.relu\n    inputs: [{file: x.pt}]\n"})
     [blob] = rows(db_path, "SELECT sha256, data FROM blobs")
     assert hashlib.sha256(blob["data"]).hexdigest() == blob["sha256"]
     return blob["sha256"]

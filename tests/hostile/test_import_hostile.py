@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import DATA, rows, sha256_of
+from tests.helpers import DATA, rows, sha256_of
 
 HOSTILE = Path(__file__).parent / "data"
 pytestmark = pytest.mark.timeout(300)

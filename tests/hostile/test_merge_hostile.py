@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import runs_data
-from tests.conftest import rows, write_sql
+from tests.helpers import rows, write_sql
 from tests.hostile.bounded import REFUSED_RSS_MIB, refused_within_bounds, run_casedb, snapshot
 
 pytestmark = pytest.mark.timeout(600)

@@ -19,7 +19,7 @@ from casedb.names import normalize_op
 from casedb.run.execute import run_case
 from casedb.cases.ops import UnsafeOpError, refuse_unsafe
 from casedb.run.target import import_module
-from tests.conftest import rows
+from tests.helpers import rows
 from tests.hostile.test_import_hostile import manifest, refused  # noqa: F401 (refused: a fixture)
 
 pytestmark = pytest.mark.timeout(300)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests import runs_data
-from tests.conftest import rows
+from tests.helpers import rows
 from tests.hostile.bounded import snapshot
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,6 +37,7 @@ def _results(db) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_import_replace_during_a_run_leaves_the_run_whole(cli, db_path, tmp_path, data_dir):
     manifest = tmp_path / "naps.yaml"
     manifest.write_text(naps(8, 0.5), encoding="utf-8")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.conftest import rows
+from tests.helpers import rows
 
 INJECT = '"""\nimport pathlib; pathlib.Path({marker!r}).touch()\n"""'
 CPU_EAGER = ("--device", "cpu", "--backend", "eager", "-j", "0", "--no-progress")
@@ -38,6 +38,7 @@ def run_plain_python(path: Path, *args):
 
 # --------------------------------------------------------------------------------- 1: repro
 
+@pytest.mark.slow
 def test_repro_of_cases_with_hostile_names_runs_nothing_and_still_reproduces(cli, tmp_path):
     marker = tmp_path / "pwned"
     name = INJECT.format(marker=str(marker))
@@ -59,6 +60,7 @@ def test_repro_of_cases_with_hostile_names_runs_nothing_and_still_reproduces(cli
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_repro_still_reproduces_a_failure_for_a_hostile_name(cli, tmp_path, data_dir):
     marker = tmp_path / "pwned"
     name = INJECT.format(marker=str(marker))
@@ -74,6 +76,7 @@ def test_repro_still_reproduces_a_failure_for_a_hostile_name(cli, tmp_path, data
 
 # ------------------------------------------------------------------------ 2: shell quoting
 
+@pytest.mark.slow
 def test_displayed_repro_commands_are_one_shell_word_each(cli, db_path, tmp_path, data_dir):
     marker = tmp_path / "pwned"
     model = f"x;touch {marker};#"

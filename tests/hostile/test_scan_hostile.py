@@ -37,6 +37,7 @@ def casedb(tmp_path, *args) -> list[str]:
     return [sys.executable, "-m", "casedb", "--db", str(tmp_path / "x.db"), *map(str, args)]
 
 
+@pytest.mark.slow
 def test_config_code_never_runs_and_stdin_is_never_read(tmp_path):
     model = tmp_path / "evil"
     model.mkdir()
@@ -63,6 +64,7 @@ def test_auto_map_is_refused_whatever_the_model_type(tmp_path, model_type):
         scan.scan(cfg)
 
 
+@pytest.mark.slow
 def test_a_config_with_a_million_layers_is_refused_before_building(tmp_path):
     base = measure_apart(casedb(tmp_path, "scan", tmp_path / "missing.json"), timeout=300, cwd=tmp_path)
     cfg = write_config(tmp_path / "layers.json", num_hidden_layers=10 ** 6)

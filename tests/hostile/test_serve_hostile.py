@@ -14,6 +14,7 @@ import urllib.parse
 import pytest
 
 from tests import runs_data
+from tests.helpers import import_manifests
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,9 +25,8 @@ def served(tmp_path_factory):
     db = tmp / "cases.db"
     cli = runs_data.make_cli(db)
     runs_data.two_runs(cli, tmp, db)
-    (tmp / "blobby.yaml").write_text("model: blobby\ncases:\n  - name: inline\n    op: torch.relu\n    inputs:\n"
-                                     "      - tensor: {shape: [3], init: data, data: [1.0, -2.0, 3.0], dtype: fp32}\n")
-    assert cli("import", tmp / "blobby.yaml").exit_code == 0
+    import_manifests(cli, tmp, {"blobby.yaml": "model: blobby\ncases:\n  - name: inline\n    op: torch.relu\n    inputs:\n"
+                                              "      - tensor: {shape: [3], init: data, data: [1.0, -2.0, 3.0], dtype: fp32}\n"})
     with runs_data.Server(db, tmp / "serve.log") as server:
         yield server
 

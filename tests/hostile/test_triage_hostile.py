@@ -18,7 +18,7 @@ from casedb import triage
 from casedb.errors import InputError
 from casedb.judge.selectors import case_norms
 from tests import runs_data
-from tests.conftest import rows
+from tests.helpers import import_manifests, rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,10 +43,8 @@ def hostile_names(n: int = 120, seed: int = 24) -> list[str]:
 
 def import_model(cli, tmp_path, model: str, names: list[str]) -> None:
     cases = [{"name": n, "op": "torch.neg", "inputs": [{"tensor": {"shape": [i + 1]}}]} for i, n in enumerate(names)]
-    path = tmp_path / f"m{len(model)}.yaml"
-    path.write_text(yaml.safe_dump({"model": model, "cases": cases}, allow_unicode=False), encoding="utf-8")
-    result = cli("import", path)
-    assert result.exit_code == 0, result.output
+    import_manifests(cli, tmp_path, {f"m{len(model)}.yaml": yaml.safe_dump({"model": model, "cases": cases},
+                                                                            allow_unicode=False)})
 
 
 STAGES = [None, "runtime", "weird stage", "compile: lowering\n# x: y", "crash"]
@@ -168,9 +166,8 @@ def big_db(tmp_path_factory):
     cases = [{"name": f"{OPS[i % len(OPS)].split('.')[1]}_{i}", "op": OPS[i % len(OPS)],
               "inputs": [{"tensor": {"shape": [i + 1]}}] * (1 if OPS[i % len(OPS)] not in ("torch.add", "torch.mul")
                                                              else 2)} for i in range(N_CASES)]
-    (tmp / "m.yaml").write_text(yaml.safe_dump({"model": "big", "cases": cases}), encoding="utf-8")
     db = tmp / "big.db"
-    assert runs_data.make_cli(db)("import", tmp / "m.yaml").exit_code == 0
+    import_manifests(runs_data.make_cli(db), tmp, {"m.yaml": yaml.safe_dump({"model": "big", "cases": cases})})
     return db
 
 
@@ -221,6 +218,7 @@ def write_entries(path, lines: list[str]) -> None:
     path.write_text("version: 1\ncases:\n" + "".join(lines), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_2000_overlapping_wildcards_check_in_bounded_time_and_memory(big_db, tmp_path):
     """Before: every pair compared, and each tie a problem: 2,000 entries -> 1,999,000 problems,
     114 s and 1 GB (20,000: MemoryError). Now each entry that ties is named once."""
@@ -236,6 +234,7 @@ def test_2000_overlapping_wildcards_check_in_bounded_time_and_memory(big_db, tmp
     assert res["rss_mib"] < 1024, res
 
 
+@pytest.mark.slow
 def test_20000_exact_entries_check_and_load_in_bounded_time(big_db, tmp_path):
     """Before: each entry matched against every case (22 s on every run). Now an exact entry
     finds its cases through the index: the check costs a few times reading the file."""
@@ -256,6 +255,7 @@ def test_20000_exact_entries_check_and_load_in_bounded_time(big_db, tmp_path):
     assert statuses == {"known_failure"} and time.perf_counter() - t < 60
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["items", "bytes", "targets"])
 def test_a_file_past_a_bound_is_refused_in_bounded_time_and_memory(big_db, tmp_path, what):
     path = tmp_path / "big.yaml"
@@ -273,6 +273,7 @@ def test_a_file_past_a_bound_is_refused_in_bounded_time_and_memory(big_db, tmp_p
     assert res["check_s"] < 5 and res["rss_mib"] < 1024, res
 
 
+@pytest.mark.slow
 def test_wildcards_past_the_matching_budget_stop_the_check(big_db, tmp_path):
     """20,000 different wildcards over 3,000 cases are 60 million matches: the check stops at
     10 million with a problem naming the entry (on a 2-core machine under load, about 10 s)."""
