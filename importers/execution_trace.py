@@ -24,7 +24,7 @@ import marshal
 import re
 from typing import Iterator
 
-from importers.op_schema import bind, parse_schema
+from importers.op_schema import bind, parse_schema, python_scalars
 from importers.trace_values import TraceFormatError, head_bytes, load_json, paused_gc, tensor_input
 
 
@@ -261,6 +261,7 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options)
                 f"{path}: event {i} (node {n.get('id')}, {name}): malformed inputs or op_schema ({err}); "
                 f"the trace is corrupt: {_FIX}"
             ) from None
+        schema, args, note = python_scalars(schema, args, "the Execution Trace")
         res = bind(schema, args, source="the Execution Trace")
         if isinstance(res, str):
             yield {"type": "skipped", "where": where, "op": name, "count": count, "reason": res}
@@ -272,5 +273,5 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options)
             "where": where,
             "count": count,
             "case": {"op": op, "inputs": inputs, "attrs": attrs,
-                     "description": f"{path} event {i} (node {n.get('id')})"},
+                     "description": f"{path} event {i} (node {n.get('id')}{'; ' + note if note else ''})"},
         }

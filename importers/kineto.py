@@ -19,10 +19,15 @@ record: for an optional argument of a recordable kind (Tensor?, int?, ScalarType
 means None; for a ``str`` argument (gelu's ``approximate``, div's ``rounding_mode``) or a
 ``Tensor?[]`` list (``aten::index``) the value is unknown, so the call is *skipped* with that
 reason rather than imported with a guessed value: use an Execution Trace for those ops. An
-unrecorded ``Device`` becomes ``"cpu"``, a placeholder the runner maps to the target device.
+unrecorded optional ``Device`` beside a tensor argument is None (the device follows the tensor,
+as ET records it); a factory op's is ``"cpu"``, a placeholder the runner maps to the target device.
+A 0-d double / long tensor where the op has a Scalar overload was a Python number (``x * 0.5``):
+it becomes that overload with a value of its Python type (:func:`importers.op_schema.python_scalars`).
 Kineto records neither storage offsets (strided tensors get ``storage_offset: 0``) nor the
-element dtypes of a ``Tensor[]`` (``aten::cat``): those elements take the dtype of another
-tensor argument of the call, else none (the model default), said in the description.
+element dtypes of a ``Tensor[]`` (``aten::cat``): those elements take the dtype of another tensor
+argument of the call, else that of the next call taking a cat's / stack's result, else the
+``dtype`` option (``import --dtype``), else the trace's dominant floating dtype, said in the
+description (:mod:`importers.kineto_args`).
 
 What both trace importers share is :mod:`importers.trace_values` and :mod:`importers.op_schema`.
 """
@@ -37,21 +42,12 @@ from typing import Any, Iterator, Union
 
 import msgspec
 
-from importers.op_schema import bind, bind_positional, parse_schema, resolve_overload
-from importers.trace_values import (
-    NOT_RECORDED,
-    TraceFormatError,
-    contiguous,
-    head_bytes,
-    load_typed,
-    paused_gc,
-    raw_value,
-    tensor_input,
-)
+from importers.op_schema import bind, bind_positional, python_scalars, resolve_overload, torch_schemas
+from importers.kineto_args import consumer_dtypes, kineto_args, list_dtype as _list_dtype
+from importers.trace_values import TraceFormatError, head_bytes, load_typed, paused_gc, raw_value
 
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
 _OP_CATS = frozenset(("cpu_op", "Operator", "operator"))
-_INT = re.compile(r"^[+-]?\d+$")
 _SNIFF_BYTES = 1 << 16
 _NO_THREAD = object()
 
@@ -73,109 +69,12 @@ def sniff(path, head: bytes | str) -> bool:
 # ----------------------------------------------------------------------------- conversion
 
 
-def _scalar(text: str):
-    """A Kineto ``Concrete Inputs`` scalar ('3', '0.', '-inf', 'True') -> value, or raise."""
-    if _INT.match(text):
-        return int(text)
-    if text == "True":
-        return True
-    if text == "False":
-        return False
-    return float(text)  # '0.', '1e-05', 'inf', 'nan'; anything else raises ValueError
-
-
-def _scalar_list(text: str) -> list:
-    text = text.strip()
-    if not (text.startswith("[") and text.endswith("]")):
-        raise ValueError(text)
-    body = text[1:-1].strip()
-    return [_scalar(x.strip()) for x in body.split(",")] if body else []
-
-
-def kineto_args(types, dims, strides, concrete) -> tuple[list[tuple], str | None] | str:
-    """Kineto's per-argument columns -> neutral argument tuples for ``execution_trace.bind``.
-
-    Returns ``(args, note)`` or a skip reason. Tuples: ``("T", input)`` a tensor,
-    ``("TL", input)`` a tensor list, ``("V", value)`` a recorded scalar or scalar list,
-    ``("U", why, kind)`` a value Kineto did not record: ``kind`` "" for an argument it writes as
-    ``""`` (why = NOT_RECORDED), "Scalar"/"ScalarList" for a scalar whose value is missing.
-    """
-    n = len(types)
-    if len(dims) != n or (strides is not None and len(strides) != n) or (
-        concrete is not None and len(concrete) != n
-    ):
-        raise ValueError("Input type / Input Dims / Input Strides / Concrete Inputs lengths differ")
-    args: list[tuple] = []
-    note = None
-    list_dtype = None
-    for j, t in enumerate(types):
-        if t == "Scalar" or t == "ScalarList":
-            c = concrete[j] if concrete is not None else ""
-            if c == "":
-                args.append(("U", f"{t} value not recorded (the trace has no Concrete Inputs)", t))
-                continue
-            try:
-                args.append(("V", _scalar(c) if t == "Scalar" else _scalar_list(c)))
-            except ValueError:
-                args.append(("U", f"unreadable {t} value {c!r}", t))
-        elif t == "":
-            args.append(("U", NOT_RECORDED, ""))
-        elif t == "TensorList":
-            st = strides[j] if strides is not None else None
-            items = []
-            for k, shape in enumerate(dims[j]):
-                spec: dict[str, Any] = {"shape": list(shape)}
-                s = st[k] if st and k < len(st) else None
-                if s and len(s) == len(shape) and not contiguous(shape, s):
-                    spec["preset"] = "strided"
-                    spec["preset_args"] = {"stride": list(s), "storage_offset": 0}
-                items.append(spec)
-            args.append(("TL", {"tensor_list": items}))
-        else:
-            st = strides[j] if strides is not None else None
-            ti = tensor_input(t, dims[j], st)
-            if isinstance(ti, str):
-                return ti
-            if list_dtype is None:
-                list_dtype = ti["tensor"]["dtype"]
-            args.append(("T", ti))
-    # Kineto writes "TensorList" instead of the element dtypes. Use the dtype of another tensor
-    # argument of the same call when there is one; otherwise leave dtype out, which means the
-    # model's default dtype, and say so in the description.
-    for a in args:
-        if a[0] == "TL":
-            for spec in a[1]["tensor_list"]:
-                if list_dtype is not None:
-                    spec["dtype"] = list_dtype
-            if list_dtype is None and a[1]["tensor_list"]:
-                note = "Kineto does not record Tensor[] element dtypes: the model default dtype is used"
-    return args, note
-
-
-_SCHEMA_CACHE: dict[str, list | None] = {}
 _RESOLVED: dict[tuple, Any] = {}
 
 
-def _torch_schemas(name: str):
-    """Parsed dispatcher schemas of ``ns::op`` (torch, cached), or None without torch."""
-    if name in _SCHEMA_CACHE:
-        return _SCHEMA_CACHE[name]
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a casedb dependency
-        _SCHEMA_CACHE[name] = None
-        return None
-    try:
-        found = [parse_schema(str(s)) for s in torch._C._jit_get_schemas_for_operator(name)]
-    except RuntimeError:
-        found = []
-    _SCHEMA_CACHE[name] = found or None
-    return _SCHEMA_CACHE[name]
-
-
-def _convert(name: str, args_cols, schemas_for=_torch_schemas):
+def _convert(name: str, args_cols, schemas_for=torch_schemas, list_default: tuple[str, str] | None = None):
     """One distinct Kineto call -> ``(op, inputs, attrs, note)`` or a skip-reason string."""
-    got = kineto_args(*args_cols)
+    got = kineto_args(*args_cols, list_default=list_default)
     if isinstance(got, str):
         return got
     args, note = got
@@ -196,10 +95,11 @@ def _convert(name: str, args_cols, schemas_for=_torch_schemas):
         schema = _RESOLVED[kinds] = resolve_overload(schemas, args)
     if isinstance(schema, str):
         return schema
+    schema, args, scalar_note = python_scalars(schema, args, "Kineto", schemas)
     res = bind(schema, args, source="Kineto")
     if isinstance(res, str):
         return res
-    return res[0], res[1], res[2], note
+    return res[0], res[1], res[2], "; ".join(n for n in (note, scalar_note) if n) or None
 
 
 # ----------------------------------------------------------------------------- parse
@@ -446,11 +346,14 @@ def _columns(path: str, a) -> tuple:
                  for r in (a.types, a.dims, a.strides, a.concrete))
 
 
-def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options) -> Iterator[dict]:
+def parse(path, *, level: str = "top", max_bytes: int | None = None, dtype: str | None = None,
+          **_options) -> Iterator[dict]:
     """Yield casedb records for the operator calls in a Kineto trace (see module docstring).
 
     level: "top" keeps the outermost operator of each nest, "leaf" the innermost ones.
     max_bytes: cap on the (decompressed) file size, default ``casedb.files.MAX_INPUT_BYTES``.
+    dtype: the element dtype of Tensor[] arguments (cat's list) in calls without another tensor
+    argument; default: the trace's dominant floating dtype (:func:`importers.kineto_args.dominant_dtype`).
     Identical calls are aggregated into one record whose ``count`` is the number of calls and
     whose ``where`` is the first of them (``<path>:event <index in traceEvents>``).
     """
@@ -463,14 +366,15 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options)
         except (TypeError, AttributeError, KeyError, IndexError) as err:
             # Valid JSON in the wrong shape (a hand-edited or foreign file).
             raise TraceFormatError(f"{path}: malformed Kineto trace ({type(err).__name__}: {err}); {_FIX}") from None
-    for name, i, count, cols in groups:
+    list_default, consumers = _list_dtype(groups, dtype), consumer_dtypes(groups)
+    for g, (name, i, count, cols) in enumerate(groups):
         where = f"{path}:event {i}"
         if cols is None:
             yield {"type": "skipped", "where": where, "op": name, "count": count,
                    "reason": "event has no input shapes (Input Dims / Input type)"}
             continue
         try:
-            res = _convert(name, cols)
+            res = _convert(name, cols, list_default=consumers.get(g, list_default))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError) as err:
             raise TraceFormatError(
                 f"{path}: event {i} ({name}): malformed arguments ({err}); the trace is corrupt: {_FIX}"
@@ -489,3 +393,4 @@ def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options)
             "count": count,
             "case": {"op": op, "inputs": inputs, "attrs": attrs, "description": description},
         }
+

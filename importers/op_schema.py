@@ -227,9 +227,12 @@ def bind(schema: Schema, args: list[tuple], source: str = "the trace") -> tuple[
             if a.optional and _recordable(a):
                 form = {"value": None}
             elif a.base == "Device":
-                # Kineto never records devices. "cpu" is a placeholder the runner maps to the
-                # target device (None would leave a factory op on the host); ET records them.
-                form = {"value": "cpu"}
+                # Kineto never records devices. Beside a tensor argument an optional device is
+                # None, as ET records it (_to_copy, empty_like: the device follows the tensor); a
+                # factory op gets "cpu", the placeholder the runner maps to the target device
+                # (None would leave it on the host), which ET records as the device it ran on.
+                follows = a.optional and any(x[0] in ("T", "TL") for x in args)
+                form = {"value": None if follows else "cpu"}
             elif a.base == "Generator" and a.optional:
                 form = {"value": None}
             else:
@@ -241,6 +244,74 @@ def bind(schema: Schema, args: list[tuple], source: str = "the trace") -> tuple[
         else:
             inputs.append(form)
     return schema.op, inputs, attrs
+
+
+# Python numbers an op was called with reach the dispatcher as 0-d "wrapped number" tensors of
+# these dtypes; neither profiler records their value. NEUTRAL_SCALARS: the value used then,
+# mul's and div's identity (never a zero divisor), of the Python type the number had.
+WRAPPED_DTYPES = {"float64": float, "int64": int}
+NEUTRAL_SCALARS = {float: 1.0, int: 1}
+
+
+def torch_schemas(name: str) -> list[Schema] | None:
+    """Parsed dispatcher schemas of ``ns::op`` (torch, cached), or None without torch or op."""
+    if name in _OVERLOADS:
+        return _OVERLOADS[name]
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a casedb dependency
+        _OVERLOADS[name] = None
+        return None
+    try:
+        found = [parse_schema(str(s)) for s in torch._C._jit_get_schemas_for_operator(name)]
+    except RuntimeError:
+        found = []
+    _OVERLOADS[name] = found or None
+    return _OVERLOADS[name]
+
+
+_OVERLOADS: dict[str, list | None] = {}
+
+
+def python_scalars(schema: Schema, args: list[tuple], source: str,
+                   schemas: list[Schema] | None = None) -> tuple[Schema, list[tuple], str | None]:
+    """A 0-d float64/int64 tensor passed where the op has a Scalar overload was a Python number
+    (``x * 0.5``): rebound to that overload as a value of its Python type, the trace's value where
+    it has one (``("T", input, value)``), else NEUTRAL_SCALARS, said in the returned note. Never a
+    random float64 tensor, which fails on devices without float64. Other calls come back as they are."""
+    wrapped = [j for j, (a, v) in enumerate(zip(schema.args, args))
+               if v[0] == "T" and a.base == "Tensor" and not a.is_list and v[1]["tensor"]["shape"] == []
+               and v[1]["tensor"].get("dtype") in WRAPPED_DTYPES and "preset" not in v[1]["tensor"]]
+    if not wrapped:
+        return schema, args, None
+    schemas = torch_schemas(schema.name) if schemas is None else schemas
+    for positions in [wrapped] + [[j] for j in reversed(wrapped)] * (len(wrapped) > 1):
+        alt = _scalar_overload(schema, positions, schemas or ())
+        if alt is None:
+            continue
+        args = list(args)
+        guessed = []
+        for j in positions:
+            kind = WRAPPED_DTYPES[args[j][1]["tensor"]["dtype"]]
+            recorded = args[j][2] if len(args[j]) > 2 else None
+            if recorded is None:
+                guessed.append(f"{schema.args[j].name}={NEUTRAL_SCALARS[kind]!r}")
+            args[j] = ("V", kind(recorded) if recorded is not None else NEUTRAL_SCALARS[kind])
+        note = (f"{source} does not record the value of the Python number {', '.join(guessed)}: a neutral "
+                "value (mul's identity, never a zero divisor)") if guessed else None
+        return alt, args, note
+    return schema, args, None
+
+
+def _scalar_overload(schema: Schema, positions: list[int], schemas) -> Schema | None:
+    """The overload of the same op taking a Scalar at ``positions`` and the same arguments elsewhere."""
+    for alt in schemas:
+        if alt.overload == schema.overload or len(alt.args) != len(schema.args):
+            continue
+        if all((b.base == "Scalar" and not b.is_list) if j in positions else (b.type == a.type and b.name == a.name)
+               for j, (a, b) in enumerate(zip(schema.args, alt.args))):
+            return alt
+    return None
 
 
 def bind_positional(args: list[tuple]) -> list | str:

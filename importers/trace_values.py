@@ -60,6 +60,25 @@ PROFILER_DTYPES: dict[str, str] = {
     "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
 }
 
+FLOATING_PROFILER_DTYPES = ("fp32", "bf16", "fp16", "float64")
+
+
+def profiler_dtype(name: str) -> str:
+    """A dtype a user names (bf16, bfloat16, torch.bfloat16) in the spelling trace cases use;
+    ValueError naming the choices."""
+    from casedb.cases import dtypes
+
+    try:
+        wanted = dtypes.canonical(name)
+    except dtypes.UnknownDtype as e:
+        raise ValueError(str(e)) from None
+    for spelling in dict.fromkeys(PROFILER_DTYPES.values()):
+        if dtypes.canonical(spelling) == wanted:
+            return spelling
+    raise ValueError(f"dtype {name!r} is not one a trace records; choose one of "
+                     f"{', '.join(dict.fromkeys(PROFILER_DTYPES.values()))}")
+
+
 # c10::ScalarType codes (how a ``ScalarType dtype`` argument is recorded) -> torch name.
 # Verified against torch.ops.aten.empty(dtype=<code>) with torch 2.13.
 SCALAR_TYPES: dict[int, str] = {

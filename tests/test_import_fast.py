@@ -13,7 +13,8 @@ from tests.helpers import DATA
 
 TRACES = DATA / "traces"
 # Every record of each fixture at both levels, as the importers gave them before the typed
-# decode (commit 6286dbe): {"<path>:<level>": [record, ...]}, paths relative to the checkout.
+# decode (commit 6286dbe), then with issue 44's Python numbers, devices and Tensor[] dtypes (every
+# other record unchanged): {"<path>:<level>": [record, ...]}, paths relative to the checkout.
 BEFORE = TRACES / "records_before_issue30.json.gz"
 MODULES = {"kineto.json": kineto, "trace.json.gz": kineto, "et.json.gz": execution_trace}
 

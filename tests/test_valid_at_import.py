@@ -48,11 +48,15 @@ def test_a_traced_grouped_mm_gets_valid_offsets_and_a_correct_backend_passes_it(
 
 
 def test_a_traced_integer_divisor_is_never_zero(cli, db_path, tmp_path):
+    # An int32 0-d divisor is a tensor the model made; an int64 one is a Python int passed to the
+    # op (a wrapped number, issue 44): the floor_divide.Scalar overload with 1, never 0.
     trace = _trace(tmp_path / "div.json",
+                   ("aten::floor_divide", ["int", "int"], [[16], []], None),
                    ("aten::floor_divide", ["long int", "long int"], [[16], []], None))
     cli.json("import", trace, "--model", "div")
-    (inputs,) = _inputs(db_path, "floor_divide")
-    assert inputs[1]["tensor"]["init_args"] == {"low": 1, "high": 10}
+    tensor, number = _inputs(db_path, "floor_divide")
+    assert tensor[1]["tensor"]["init_args"] == {"low": 1, "high": 10}
+    assert number[1] == {"value": 1}
 
 
 MANIFEST = """

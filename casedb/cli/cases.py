@@ -19,12 +19,36 @@ from casedb.errors import CasedbError
 from casedb.read import tables
 from casedb.read.tables import Format
 
+
+def _import_options(level: str | None, dtype: str | None, sym: list[str] | None) -> dict:
+    """The importers' options from --level, --dtype and --sym (a bad one: exit 2)."""
+    if level is not None and level not in ("top", "leaf"):
+        fail(f"--level must be top or leaf, not {level!r}")
+    if dtype is not None:
+        from importers.trace_values import profiler_dtype
+
+        try:
+            dtype = profiler_dtype(dtype)
+        except ValueError as e:
+            fail(f"--dtype: {e}")
+    symbols = {}
+    for item in sym or []:
+        name, eq, value = item.partition("=")
+        if not eq or not value.strip().lstrip("-").isdigit():
+            fail(f"--sym takes NAME=INT (e.g. s0=128), not {item!r}")
+        symbols[name.strip()] = int(value)
+    return {"level": level, "symbols": symbols or None, "dtype": dtype}
+
+
 @app.command("import")
 def import_cmd(
     paths: List[Path] = typer.Argument(..., help="Manifests, scan JSONL or traces; folders are expanded."),
     format: Optional[str] = typer.Option(None, "--format", "-f", help=importers.help_text()),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (required for traces; overrides the file's)."),
     level: Optional[str] = typer.Option(None, "--level", help="Trace nesting: top (default, what the model called) or leaf."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Kineto traces: the dtype of Tensor[] elements (cat's "
+                                        "list), which Kineto does not record, where no call of the trace shows it "
+                                        "(default: the trace's dominant floating dtype), e.g. bf16."),
     sym: Optional[List[str]] = typer.Option(None, "--sym", help="Value of a symbolic size in an operator log, e.g. s0=128 (repeatable)."),
     strict: bool = typer.Option(False, "--strict", help="Records the store cannot represent, and cases with invalid inputs "
                                                         "(see casedb check), are an error, not skipped or warned about."),
@@ -40,18 +64,11 @@ def import_cmd(
     """Import case files into the DB (one transaction: any error leaves it unchanged)."""
     from casedb.ingest.save import import_paths
 
-    if level is not None and level not in ("top", "leaf"):
-        fail(f"--level must be top or leaf, not {level!r}")
-    symbols = {}
-    for item in sym or []:
-        name, eq, value = item.partition("=")
-        if not eq or not value.strip().lstrip("-").isdigit():
-            fail(f"--sym takes NAME=INT (e.g. s0=128), not {item!r}")
-        symbols[name.strip()] = int(value)
+    options = _import_options(level, dtype, sym)
     try:
         with open_db() as store:
             report = import_paths(store, paths, format=format, model=model, dry_run=dry_run, strict=strict,
-                                  replace=replace, options={"level": level, "symbols": symbols or None},
+                                  replace=replace, options=options,
                                   allow_outside=allow_outside,
                                   max_bytes=max_input_mb << 20 if max_input_mb else None)
     except CasedbError as e:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from casedb.scan.config import ScanError
-from casedb.scan.kinds import TEXT_ONLY
+from casedb.scan.kinds import ENCODER_DECODER, TEXT_ONLY
 
 if TYPE_CHECKING:
     from casedb.scan.recipes import Recipe, ScanPath
@@ -130,9 +130,44 @@ def _clip(model, inp: dict, path) -> dict:
     return {**text, "pixel_values": pixel_values}
 
 
+def _seq2seq(model, inp: dict, path) -> dict:
+    """The encoder's (right-padded) text and the decoder's prompt: what generate's first step runs."""
+    return {**_encoder(model, inp, path), **_decoder_prompt(model, inp, path)}
+
+
+def _whisper(model, inp: dict, path) -> dict:
+    """Log-mel features of the length the config's encoder takes (30 s: 3000 frames for the
+    released models; it refuses any other), then the decoder's prompt."""
+    cfg, batch = model.config, int(inp["batch"])
+    frames = 2 * cfg.max_source_positions  # the two convolutions halve it to the positions
+    features = torch.empty(batch, cfg.num_mel_bins, frames, dtype=model.dtype, device="meta")
+    return {"input_features": features, **_decoder_prompt(model, inp, path)}
+
+
+def _audio_encoder(model, inp: dict, path) -> dict:
+    """Raw waveform samples (Wav2Vec2's input_values); no mask, as its group-norm checkpoints run."""
+    samples = torch.empty(int(inp["batch"]), int(inp["audio_samples"]), dtype=model.dtype, device="meta")
+    return {"input_values": samples}
+
+
+def _decoder_prompt(model, inp: dict, path) -> dict:
+    """``decoder_len`` decoder tokens, the first the decoder start token, with the cache generate keeps."""
+    if path is not None and path.cache == "static":
+        raise ScanError(f"path {path.name}: a static cache is built for decoder-only models; an encoder-decoder "
+                        "scan keeps generate's dynamic self- and cross-attention cache: drop the cache axis")
+    cfg, batch, length = model.config, int(inp["batch"]), int(inp["decoder_len"])
+    vocab = cfg.get_text_config(decoder=True).vocab_size
+    ids = _ids(batch, length, vocab, fill_from=3)
+    start = getattr(cfg, "decoder_start_token_id", None)
+    start = start if isinstance(start, int) else getattr(cfg, "pad_token_id", None)  # T5 starts from its pad token
+    ids[:, 0] = start if isinstance(start, int) and 0 <= start < vocab else 0
+    return {"decoder_input_ids": ids, "use_cache": True}
+
+
 _GENERATE = {"use_cache": True, "logits_to_keep": 1}
 _BUILDERS = {"causal_lm": _causal_lm, "llava_next": _llava_next, "granite_speech": _granite_speech,
-             "mistral3": _mistral3, "encoder": _encoder, "clip": _clip}
+             "mistral3": _mistral3, "encoder": _encoder, "clip": _clip, "seq2seq": _seq2seq, "whisper": _whisper,
+             "audio_encoder": _audio_encoder}
 
 
 def _with_placeholders(ids, num_tokens: int, token: int, pads: list[int], pad_id: int):
@@ -190,6 +225,8 @@ def decode_inputs(recipe: Recipe, model, prefill_out, path: "ScanPath | None" = 
         raise ScanError(f"{recipe.arch} returned no cache from the prefill; cannot scan a decode step",
                         where=recipe.source)
     batch = int((path.inputs if path is not None else recipe.inputs)["batch"])
+    if recipe.kind in ENCODER_DECODER:
+        return _decoder_step(model, prefill_out, prefill or {}, batch)
     out = {"input_ids": _text_ids(model, batch, 1, fill_from=11), "past_key_values": cache,
            "use_cache": True, "logits_to_keep": 1}
     mask = (prefill or {}).get("attention_mask")
@@ -197,3 +234,24 @@ def decode_inputs(recipe: Recipe, model, prefill_out, path: "ScanPath | None" = 
         out["attention_mask"] = torch.cat([mask, torch.ones(batch, 1, dtype=mask.dtype)], dim=1)
     return out
 
+
+
+def _decoder_step(model, prefill_out, prefill: dict, batch: int) -> dict:
+    """One decoder token on the prefill's self- and cross-attention cache, the encoder's output
+    passed back as generate passes it (the encoder never runs again)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    encoder_out = BaseModelOutput(last_hidden_state=prefill_out.encoder_last_hidden_state)
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    out = {"encoder_outputs": encoder_out, "decoder_input_ids": _ids(batch, 1, vocab, fill_from=11),
+           _cache_key(model): prefill_out.past_key_values, "use_cache": True}
+    if prefill.get("attention_mask") is not None:  # the encoder's padding, for cross-attention
+        out["attention_mask"] = prefill["attention_mask"]
+    return out
+
+
+def _cache_key(model) -> str:
+    """The forward's name for the cache (transformers 5 renames past_key_values to cache)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

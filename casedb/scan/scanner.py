@@ -82,7 +82,7 @@ from casedb.scan import cpu_device
 from casedb.scan.config import ScanError
 from casedb.scan.inputs import decode_inputs, prefill_inputs  # noqa: F401 (bench_scan)
 from casedb.scan.expert_parallel import one_rank
-from casedb.scan.kinds import NO_DECODE
+from casedb.scan.kinds import NO_DECODE, refuse_lookalike
 from casedb.scan.recipes import Recipe, ScanPath, display_path, load_recipe, recipe_names  # noqa: F401 (tests)
 from casedb.scan.recording import Recorder
 
@@ -327,6 +327,7 @@ def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = No
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     cls = _model_class(recipe)
+    refuse_lookalike(recipe.arch, recipe.kind, cls.forward, config, where=recipe.source)
     dtype = getattr(torch, dtypes.canonical(recipe.dtype))
     kwargs = {}
     if path is not None and path.attention:
@@ -343,6 +344,11 @@ def _build(recipe: Recipe, path: "ScanPath | None" = None, doc: dict | None = No
     except (ValueError, ImportError) as e:
         raise ScanError(f"path {path.name}: {e}" if path else str(e), where=recipe.source) from None
     scan_config.check_parameters(model, doc, str(scan_config.path_of(recipe.config)))
+    if device == "meta" and any(p.device.type != "meta" for p in model.parameters()):
+        # a parameter made outside the device context (Wav2Vec2's masked_spec_embed, a CPU
+        # torch.Tensor(...)): on the meta device too, or its forward mixes devices and its
+        # errors name the CPU
+        model.to("meta")
     return model.eval()
 
 
