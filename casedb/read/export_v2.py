@@ -172,13 +172,12 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
             item["sample_inputs_func"]["kwargs"] = {
                 k: writer.v2_input(v) if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in
                 ("tensor", "tensor_list", "file", "py") else _value(v) for k, v in occ["attrs"].items()}
-        description, extra = _split_description(occ["description"])
-        if description:
-            item["description"] = description
+        if occ["description"]:
+            item["description"] = occ["description"]  # verbatim: text never becomes tags
         # their per-op marks among casedb's derived ones (recomputed on import), then the case's own
         marks = [x for x in occ["derived_marks"] or [] if x in THEIR_MARKS]
         marks += [x for x in occ["own_marks"] or [] if x not in marks]
-        item["tags"] = [t for t in marks + extra if t != tag] + [tag]
+        item["tags"] = [t for t in marks if t != tag] + [tag]
         if occ["seed"] is not None:
             notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
         _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
@@ -191,16 +190,6 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
                 "edits": {"ops": {"include": items}}} for mode, items in tests.items()]
     return {"test_suite_config": {"labels": ["trunk"], "global": glob, "files": [
         {"path": RUNNER_PATH, "unlisted_test_mode": "skip", "tests": entries}]}}
-
-
-def _split_description(text: str | None) -> tuple[str | None, list[str]]:
-    """The description and the tags the importer appended to it (``v2 tags: ...``)."""
-    if not text:
-        return text, []
-    head, sep, tail = text.rpartition("\nv2 tags: ")
-    if not sep and text.startswith("v2 tags: "):
-        return None, text[len("v2 tags: "):].split()
-    return (head, tail.split()) if sep else (text, [])
 
 
 def _precision(out: dict, dtype: str, occ: dict, case: str, notes: list) -> None:
