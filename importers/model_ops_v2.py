@@ -24,7 +24,8 @@ from casedb.cases import dtypes
 from casedb.cases.marks import is_mark_name
 from casedb.errors import InputError
 from importers import unrunnable, yaml_manifest
-from importers.v2_inputs import ARG_KINDS, INIT_ARG_KEYS, INITS, TENSOR_KEYS, _arg, _kwarg, _Opaque, tensor  # noqa: F401
+from importers.v2_inputs import (ARG_KINDS, INIT_ARG_KEYS, INITS, TENSOR_KEYS, THEIR_CONFIG_DIR, _arg, _kwarg,  # noqa: F401
+                                 _Opaque, tensor)
 
 SUITE_KEYS = ("labels", "global", "files")
 GLOBAL_KEYS = ("supported_dtypes", "supported_ops", "supported_modules", "input_config")

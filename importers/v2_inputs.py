@@ -15,6 +15,8 @@ from casedb.cases.presets import contiguous_strides
 TENSOR_KEYS = ("shape", "stride", "storage_offset", "dtype", "device", "init", "init_args", "device_layout")
 INIT_ARG_KEYS = ("low", "high", "total", "fill_value", "path", "key")
 ARG_KINDS = ("tensor", "tensor_list", "cache", "module_path", "config_path", "model_id", "value", "py")
+# where their model-ops configs live, as their configs write paths (their runner expands the token)
+THEIR_CONFIG_DIR = "${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/"
 INITS = ("rand", "randn", "zeros", "ones", "randint", "arange", "eye", "full", "file", "xavier", "cumsum_offsets")
 
 
@@ -106,7 +108,7 @@ def tensor(spec: Any, label: str) -> dict:
             raise ValueError(f"{label}: init: file needs init_args.path")
         # read by casedb.cases.spec into a data tensor (values from the file, checked against shape and
         # dtype) laid out as recorded (their loader makes it contiguous; casedb keeps recorded layouts)
-        return {"file": {"path": str(init_args["path"]), "key": init_args.get("key"), "shape": shape,
+        return {"file": {"path": beside_config(str(init_args["path"])), "key": init_args.get("key"), "shape": shape,
                          "dtype": dtype, "as": "data", "layout": _layout(spec, shape, label)}}
     out = {"shape": shape, "dtype": dtype, **_init(init, init_args, shape, dtype, label)}
     layout = _layout(spec, shape, label)
@@ -180,3 +182,10 @@ def _clamp(low, high, dtype: str) -> tuple[int, int]:
 
     info = torch.iinfo(getattr(torch, dtype))
     return max(int(low), info.min), min(int(high), info.max)
+
+
+def beside_config(path: str) -> str:
+    """A path written under their config folder (``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/
+    x.files/a.pt``) as casedb reads it: relative to the config's own folder (the file's folder stands
+    for theirs; what lies outside it stays refused)."""
+    return path[len(THEIR_CONFIG_DIR):] if path.startswith(THEIR_CONFIG_DIR) else path
