@@ -94,7 +94,10 @@ def their_call(op: str, args: list, kwargs: dict) -> tuple[str, list, dict] | st
 def _positional(op: str, args: list, kwargs: dict) -> tuple[list, dict]:
     """Tensor keywords moved into their positions (the parameters between filled with defaults)."""
     params = POSITIONAL[op][len(args) - 1:]
-    last = max(i for i, (p, _) in enumerate(params) if _is_tensor(kwargs.get(p)))
+    at = [i for i, (p, _) in enumerate(params) if _is_tensor(kwargs.get(p))]
+    if not at:  # a tensor keyword their signature has no position for: left as a keyword
+        return args, kwargs
+    last = max(at)
     out = list(args)
     for p, default in params[:last + 1]:
         value = kwargs.pop(p, {"value": default})
