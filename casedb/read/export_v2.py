@@ -1,17 +1,20 @@
 """Write a model's cases as the RFC implementation's v2 model-ops config (``casedb export --format
-spyre-v2``), the file their runner (``tests/models/test_model_ops_v2.py``) loads.
+spyre-v2``), the file their runner (``tests/models/test_model_ops_v2.py``) collects and runs.
 
-What is written re-imports (importers/model_ops_v2.py) to the same signatures: every tensor gets
-its exact layout (``stride`` and ``storage_offset``, from the layout preset), its init in their
-terms (the reverse of the importer's table), values kept as stored. The judgement goes where
-their runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which
-also lists every dtype a case is filed under, or their runner drops it), the model's seed as
-``input_config.seed``, and one test per mode (mandatory_success, xfail, skip) from the cases'
-``xfail_if``/``skip_if``. Data and file tensors are written as ``.pt`` files beside the config
-(``init: file``; their runner resolves the path from its working folder, casedb from the file's).
+Each call is written as their op table spells it, its arguments in the form their entry takes
+(casedb.read.spyre_calls; a call their table lacks is left out and noted); every tensor gets its
+exact layout (``stride`` and ``storage_offset``, from the layout preset) and its init in their terms
+(the reverse of the importer's table), values kept as stored. The judgement goes where their
+runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which also
+lists every dtype a case is filed under, or their runner drops it), the model's own tolerance for
+its dtype, the model's seed as ``input_config.seed``, and one test per mode (mandatory_success,
+xfail, skip) from the cases' ``xfail_if``/``skip_if``. Data tensors and what their loader cannot
+make (an ``arange`` with a start, a 0-d ``randn``) are ``.pt`` files in ``<out>.files/``, written
+under their root token (``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/<out>.files/``).
+Descriptions are written verbatim: no text in them becomes a tag.
 
 What v2 cannot say exactly is listed in ``notes`` (a case's own seed, tolerances that differ
-between cases of one dtype, integer-valued randint floats, ``arange`` with a start or step).
+between cases of one dtype, integer-valued randint floats, the cases left out).
 """
 
 from __future__ import annotations
