@@ -4,7 +4,8 @@ rule below was read from torch-spyre's tests/models/test_model_ops_v2.py, tests/
 oot_test_config_models.py, oot_test_parsing.py, oot_test_utilities.py and tests/models/op_registry.py,
 upstream as of commit 8abe959d, 2026-08-18):
 
-- collection: the tests of the file whose ``names`` hold ``TestSpyreModelOps::test_model_ops_db``;
+- collection: the tests of the file whose ``names`` hold ``TestSpyreModelOps::test_model_ops_db``
+  (each with its ``mode``: a ``skip`` test is collected and not run);
   every ``edits.ops.include`` item whose ``name`` is in their op table is a test, any other is
   dropped with a warning (``dropped``); unknown keys are ignored everywhere but in a tensor spec;
 - the dtype a test is filed under: its first positional tensor's (first list element's), else
@@ -73,6 +74,7 @@ class Test:
     rtol: float
     atol: float
     item: dict
+    mode: str = "mandatory_success"  # their test mode: skip is not run, xfail may fail
 
 
 @dataclass
@@ -102,7 +104,7 @@ def collect(path: Path) -> Collected:
                 rtol = prec.get("rtol") if prec.get("rtol") is not None else DEFAULT_TOL
                 atol = prec.get("atol") if prec.get("atol") is not None else DEFAULT_TOL
                 out.tests.append(Test(f"{item['name'].replace('.', '_')}__{len(out.tests)}", item["name"], dtype,
-                                      rtol, atol, item))
+                                      rtol, atol, item, test.get("mode", "mandatory_success")))
     return out
 
 
