@@ -15,15 +15,17 @@ carries ``their_key``, the key their runner dedupes by, for :class:`TheirDedupe`
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
 from casedb.cases import dtypes
 from casedb.cases.marks import is_mark_name
-from casedb.cases.presets import contiguous_strides
 from casedb.errors import InputError
-from importers import yaml_manifest
+from importers import unrunnable, yaml_manifest
+from importers.v2_inputs import (ARG_KINDS, INIT_ARG_KEYS, INITS, TENSOR_KEYS, THEIR_CONFIG_DIR, _arg, _kwarg,  # noqa: F401
+                                 _Opaque, tensor)
 
 SUITE_KEYS = ("labels", "global", "files")
 GLOBAL_KEYS = ("supported_dtypes", "supported_ops", "supported_modules", "input_config")
@@ -31,17 +33,19 @@ DTYPE_KEYS = ("name", "description", "precision", "force_xfail")
 FILE_KEYS = ("path", "unlisted_test_mode", "labels", "tests")
 TEST_KEYS = ("names", "mode", "tags", "labels", "no_grad", "edits")
 EDIT_KEYS = ("ops", "dtypes", "modules", "functions")
-OP_KEYS = ("name", "sample_inputs_func", "description", "tags")
-TENSOR_KEYS = ("shape", "stride", "storage_offset", "dtype", "device", "init", "init_args", "device_layout")
-INIT_ARG_KEYS = ("low", "high", "total", "fill_value", "path", "key")
-ARG_KINDS = ("tensor", "tensor_list", "cache", "module_path", "config_path", "model_id", "value", "py")
+# an item-level ``kwargs`` (beside sample_inputs_func, not in it) is read by their loader and by their
+# runner not at all (their item model drops unknown keys; only sample_inputs_func.kwargs reach the op):
+# accepted and, as there, not used
+OP_KEYS = ("name", "sample_inputs_func", "description", "tags", "kwargs")
 MODES = ("mandatory_success", "xfail", "xfail_strict", "skip")
-INITS = ("rand", "randn", "zeros", "ones", "randint", "arange", "eye", "full", "file", "xavier", "cumsum_offsets")
 # tensor spec defaults of their loader (what repr() of a parsed spec prints for an omitted key)
 TENSOR_DEFAULTS = {"device": "privateuse1", "init": "rand", "stride": None, "storage_offset": 0,
                    "device_layout": None}
 INIT_DEFAULTS = {"low": 0, "high": None, "total": None, "fill_value": None, "path": None, "key": None}
 XFAIL_IF = "device != 'cpu'"
+# model__ tags on one test: each makes every item of the test a case of that model, so tags x items
+# grows as the square of the file (a 77 KB file made 90,000 occurrences); real tests carry one
+MAX_MODEL_TAGS = 16
 _SNIFF = re.compile(r"^test_suite_config\s*:", re.M)
 
 
@@ -102,6 +106,10 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
 def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[dict]:
     tags = [str(t) for t in f.seq(test.get("tags"), "tags", test)]
     models = [t[len("model__"):] for t in tags if t.startswith("model__")]
+    if len(models) > MAX_MODEL_TAGS:
+        raise InputError(f"the test has {len(models)} model__<name> tags; at most {MAX_MODEL_TAGS} are read (each "
+                         "makes every item of the test a case of that model): split it into one test per model",
+                         where=f.where(test))
     mode = test.get("mode", "mandatory_success")
     if mode not in MODES:
         raise InputError(f"mode: unknown mode {mode!r} (known: {', '.join(MODES)})", where=f.where(test))
@@ -133,9 +141,12 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
     op = item.get("name")
     if not isinstance(op, str) or not op.strip():
         raise InputError("an edits.ops.include item needs name: <op>", where=where)
-    refused = _refused(op)
-    if refused:
-        yield {"type": "skipped", "where": where, "op": op, "reason": refused}
+    # their registry also runs context calls (torch._C._log_api_usage_once): listed as skipped; an op
+    # that reaches files or process state refuses the file (importers.unrunnable: every format's rule)
+    unrunnable.refuse_unsafe(op, where)
+    skip = unrunnable.skipped(op, where)
+    if skip:
+        yield skip
         return
     sample = f.mapping(item.get("sample_inputs_func"), ("args", "kwargs"), "sample_inputs_func", item)
     args = f.seq(sample.get("args"), "sample_inputs_func.args", item)
@@ -156,41 +167,18 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
     name = numbered_tag(op, tags)
     case = {"name": name, "op": op, "inputs": inputs, "attrs": attrs,
             "marks": [t for t in tags if t != name and is_mark_name(t)]}
-    other = [t for t in tags if t != name and t not in case["marks"]]
-    text = item.get("description")
-    if other:
-        text = (f"{text}\n" if text else "") + "v2 tags: " + " ".join(other)
-    if text is not None:
-        case["description"] = str(text)
+    # a tag that is no mark name is listed, never kept in the description: free text an export
+    # would have to read back as tags could name a case's marks or its name
+    for t in tags:
+        if t != name and t not in case["marks"]:
+            yield {"type": "skipped", "where": where, "op": f"{op} tag {t!r}",
+                   "reason": f"tag {t!r} of {name or op} is no mark name (letters, digits, _): not kept"}
+    if item.get("description") is not None:
+        case["description"] = str(item["description"])
     variant = variant_dtype(args)
     case.update(rules.judgement(op, variant))
     yield {"type": "case", "model": model, "case": case, "where": where,
            "their_key": (op, repr(_their_args(args)), repr(dict(kwargs)), variant)}
-
-
-def _refused(op: str) -> str | None:
-    """Why casedb never calls ``op`` (its allow-list: casedb.cases.ops), None when it may. Their
-    registry also runs context calls such as ``torch._C._log_api_usage_once``: listed as skipped."""
-    from casedb.cases.ops import UnsafeOpError, refuse_unsafe
-    from casedb.names import normalize_op
-
-    try:
-        refuse_unsafe(normalize_op(op))
-    except UnsafeOpError as e:
-        return str(e)
-    return None
-
-
-class _Bad(ValueError):
-    """A bad input spec, with the line of the mapping it is in."""
-
-    def __init__(self, message: str, obj=None):
-        super().__init__(message)
-        self.line = getattr(obj, "line", None)
-
-
-class _Opaque(ValueError):
-    """An input casedb cannot represent (an HF cache, module or config object)."""
 
 
 def numbered_tag(op: str, tags) -> str | None:
@@ -240,150 +228,6 @@ def _plain(v):
     return v
 
 
-# ----------------------------------------------------------------------------------- inputs
-
-def _arg(a: Any, label: str) -> dict:
-    if not isinstance(a, dict) or not a:
-        raise ValueError(f"{label}: each args element is a mapping with one of {', '.join(ARG_KINDS)}")
-    kind = next((k for k in ARG_KINDS if k in a), None)
-    if kind is None:
-        raise _Bad(f"{label}: " + _unknown(next(iter(a)), ARG_KINDS), a)
-    if kind in ("cache", "module_path", "config_path", "model_id"):
-        raise _Opaque(f"{label}: a {kind} input (an HF cache, module or config object) is not a tensor casedb "
-                      "can store")
-    if len(a) != 1:
-        raise ValueError(f"{label}: give one of {', '.join(ARG_KINDS)} per args element, got {', '.join(map(str, a))}")
-    body = a[kind]
-    if kind == "tensor" and isinstance(body, list):
-        kind = "tensor_list"  # the v1 spelling; their v2 loader refuses it, casedb reads it as a list
-    if kind == "tensor":
-        t = tensor(body, label)
-        return {"file": t["file"]} if "file" in t else {"tensor": t}
-    if kind == "tensor_list":
-        if not isinstance(body, list):
-            raise ValueError(f"{label}: tensor_list is a list of tensor specs")
-        items = [tensor(t, f"{label}[{i}]") for i, t in enumerate(body)]
-        if any("file" in t for t in items):
-            raise ValueError(f"{label}: init: file inside a tensor_list is not supported; give the list's "
-                             "tensors another init")
-        return {"tensor_list": items}
-    if kind == "py":
-        return {"py": body}
-    return {"value": body}
-
-
-def _kwarg(v: Any, label: str):
-    """A keyword value: an input spec (``{value: X}`` unwrapped to X), else the plain value."""
-    if isinstance(v, dict) and any(k in v for k in ARG_KINDS):
-        item = _arg(v, label)
-        return item["value"] if "value" in item else item
-    return v
-
-
-def _unknown(key, allowed) -> str:
-    close = difflib.get_close_matches(str(key), list(allowed), n=1)
-    return f"unknown key {key!r}" + (f" — did you mean {close[0]!r}?" if close else "") + \
-        f" (allowed: {', '.join(allowed)})"
-
-
-def tensor(spec: Any, label: str) -> dict:
-    """One v2 tensor spec as casedb's: the same kind of values (see the README's init table), the
-    recorded layout as the ``strided`` preset when it is not the contiguous one."""
-    if not isinstance(spec, dict):
-        raise ValueError(f"{label}: a tensor spec is a mapping with shape and dtype")
-    for k in spec:
-        if k not in TENSOR_KEYS:
-            raise _Bad(f"{label}: " + _unknown(k, TENSOR_KEYS), spec)
-    if "shape" not in spec or "dtype" not in spec:
-        raise ValueError(f"{label}: a tensor spec needs shape and dtype")
-    shape = spec["shape"]
-    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
-        raise ValueError(f"{label}: shape must be a list of integers >= 0, got {shape!r}")
-    try:
-        dtype = dtypes.canonical(spec["dtype"])
-    except dtypes.UnknownDtype as e:
-        raise ValueError(f"{label}: {e}") from None
-    init_args = spec.get("init_args") or {}
-    if not isinstance(init_args, dict):
-        raise ValueError(f"{label}: init_args must be a mapping")
-    for k in init_args:
-        if k not in INIT_ARG_KEYS:
-            raise _Bad(f"{label}: init_args: " + _unknown(k, INIT_ARG_KEYS), init_args)
-    init = spec.get("init") or "rand"
-    if init not in INITS:
-        raise ValueError(f"{label}: unknown init {init!r} (known: {', '.join(INITS)})")
-    if init == "file":
-        if not init_args.get("path"):
-            raise ValueError(f"{label}: init: file needs init_args.path")
-        # read by casedb.cases.spec into a data tensor (values from the file, checked against shape and
-        # dtype) laid out as recorded (their loader makes it contiguous; casedb keeps recorded layouts)
-        return {"file": {"path": str(init_args["path"]), "key": init_args.get("key"), "shape": shape,
-                         "dtype": dtype, "as": "data", "layout": _layout(spec, shape, label)}}
-    out = {"shape": shape, "dtype": dtype, **_init(init, init_args, shape, dtype, label)}
-    layout = _layout(spec, shape, label)
-    if layout:
-        out.update(preset="strided", preset_args=layout)
-    if spec.get("device_layout") is not None:
-        out["device_layout"] = spec["device_layout"]
-    return out
-
-
-def _layout(spec: dict, shape: list, label: str) -> dict | None:
-    stride = spec.get("stride")
-    offset = spec.get("storage_offset", 0) or 0
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"{label}: storage_offset must be an integer >= 0, got {offset!r}")
-    if stride is None:
-        return {"stride": contiguous_strides(shape), "storage_offset": offset} if offset else None
-    if not isinstance(stride, list) or len(stride) != len(shape) or any(
-            isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in stride):
-        raise ValueError(f"{label}: stride must be {len(shape)} integers >= 0 (one per dimension of {shape}), "
-                         f"got {stride!r}")
-    if stride == contiguous_strides(shape) and not offset:
-        return None
-    return {"stride": stride, "storage_offset": offset}
-
-
-def _init(init: str, a: dict, shape: list, dtype: str, label: str) -> dict:
-    """casedb's init (and init_args) making the values theirs makes (make_tensor's rules)."""
-    floating = dtype in dtypes.FLOATING or dtype in dtypes.COMPLEX
-    need = {"randint": "high", "cumsum_offsets": "total", "full": "fill_value"}.get(init)
-    if need and a.get(need) is None:
-        raise ValueError(f"{label}: init: {init} needs init_args.{need}")
-    if init == "rand":
-        # make_tensor(low=0, high=1): floats in [0, 1), bools 50 %, integers randint(0, 1): zeros
-        return {"init": "rand"} if floating or dtype == "bool" else {"init": "zeros"}
-    if init == "randn":
-        if not floating:
-            raise ValueError(f"{label}: init: randn makes no {dtype} values (torch.randn is floating only)")
-        return {"init": "randn"}
-    if init == "randint":
-        low, high = a.get("low", 0), a["high"]
-        if dtype == "bool":
-            return {"init": "rand"}
-        if floating:
-            return {"init": "uniform", "init_args": {"low": float(low), "high": float(high)}}
-        low, high = _clamp(low, high, dtype)
-        if high <= low:
-            raise ValueError(f"{label}: randint needs high > low (got low={low}, high={high})")
-        return {"init": "randint", "init_args": {"low": low, "high": high}}
-    if init == "arange" and len(shape) != 1:
-        raise ValueError(f"{label}: init: arange needs a 1-d shape, got {shape}")
-    if init == "full":
-        return {"init": "full", "init_args": {"fill_value": a["fill_value"]}}
-    if init == "cumsum_offsets":
-        return {"init": "cumsum_offsets", "init_args": {"total": a["total"]}}
-    return {"init": init}  # zeros, ones, arange, eye, xavier: checked by casedb.cases.spec
-
-
-def _clamp(low, high, dtype: str) -> tuple[int, int]:
-    """randint bounds clamped to the dtype's range, as make_tensor clamps them."""
-    import torch
-
-    info = torch.iinfo(getattr(torch, dtype))
-    return max(int(low), info.min), min(int(high), info.max)
-
-
 # ----------------------------------------------------------------------------------- judgement
 
 class _Judgement:
@@ -404,8 +248,12 @@ class _Judgement:
             self.supported.add(name)
             prec = f.mapping(d.get("precision"), ("atol", "rtol"), "precision", d)
             for k, v in prec.items():
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-                    raise InputError(f"precision.{k} must be a number >= 0, got {v!r}", where=f.where(prec, d))
+                # a local check (casedb.cases.bounds, shared by every reader, is on another branch):
+                # an infinite or NaN tolerance passes every result and cannot be written as JSON
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                      or v < 0):
+                    raise InputError(f"precision.{k} must be a finite number >= 0, got {v!r}; to accept any "
+                                     "value, give the test mode: xfail or skip", where=f.where(prec, d))
             self.precision[name] = {k: float(v) for k, v in prec.items() if v is not None}
 
     def dtype_name(self, d: dict) -> str:

@@ -28,6 +28,7 @@ from casedb import files
 from casedb.cases.input_specs import MAX_RANK, MAX_TENSOR_LIST
 from casedb.errors import InputError
 from casedb.names import did_you_mean, model_key
+from importers import unrunnable
 
 try:
     from yaml.cyaml import CParser
@@ -362,8 +363,13 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
     for i, case in enumerate(cases):
         cases[i] = None  # each case's mapping is freed once the importer has normalized it
         line = getattr(case, "line", None)
-        yield {"type": "case", "model": name, "case": case, "count": 1,
-               "where": f"{path}:{line}" if line else str(path)}
+        where = f"{path}:{line}" if line else str(path)
+        # a call casedb cannot run is listed; an unsafe op is refused by the case's own checks
+        skip = unrunnable.skipped(case.get("op") if isinstance(case, dict) else None, where)
+        if skip:
+            yield skip
+            continue
+        yield {"type": "case", "model": name, "case": case, "count": 1, "where": where}
 
 
 # The line breaks a YAML reader knows (a scalar holding one is written on one line, escaped).

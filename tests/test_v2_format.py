@@ -257,12 +257,19 @@ def test_export_import_round_trip_keeps_every_signature(cli, db_path, tmp_path):
     again = tmp_path / "again.db"
     r = cli("import", tmp_path / "out", db=again)
     assert r.exit_code == 0, r.output
-    assert _signatures(again) == _signatures(db_path)
+    # every case keeps its signature but one their op table spells otherwise (issue 47): Tensor.to
+    # with a positional dtype is their torch.to with kwargs {dtype: ...}, another signature
+    before, after = _signatures(db_path), _signatures(again)
+    assert before.pop(("toy-v2", "torch.Tensor.to.1")) and after.pop(("toy-v2", "torch.to.1"))
+    assert before.pop(("toy-v2", "torch.diff.1"))  # not in their op table: left out, and named in a note
+    assert after == before
+    assert json.loads(rows(again, "SELECT c.attrs FROM model_cases mc JOIN cases c ON c.signature = mc.signature "
+                              "WHERE mc.name = 'torch.to.1'")[0]["attrs"]) == {"dtype": "torch.float16"}
     doc = yaml.safe_load((tmp_path / "out" / "toy-v2.yaml").read_text())["test_suite_config"]
     assert doc["global"]["input_config"] == {"seed": 123}
     assert {d["name"]: d.get("precision") for d in doc["global"]["supported_dtypes"]} == {
         "bool": None, "float16": {"atol": 0.01, "rtol": 0.02}, "float32": {"atol": 0.001, "rtol": 0.002},
-        "int32": None, "int64": None}
+        "int64": None}  # int32 was torch.diff's, left out
     item = doc["files"][0]["tests"][0]["edits"]["ops"]["include"][1]
     assert item == {"name": "torch.mul", "sample_inputs_func": {"args": [
         {"tensor": {"shape": [4, 3], "stride": [1, 4], "storage_offset": 0, "dtype": "torch.float32",
@@ -288,11 +295,12 @@ def test_exported_shipped_model_is_a_valid_v2_file(cli, db_path, tmp_path):
     assert all(set(t) <= set(model_ops_v2.TENSOR_KEYS) and "stride" in t and t["dtype"].startswith("torch.")
                for t in tensors)
     tags = [next(t for t in i["tags"] if model_ops_v2.numbered_tag(i["name"], [t])) for i in items]
-    assert len(tags) == len(set(tags)) == len(items) == 959
+    left_out = " ".join(r.stderr.split()).count(": left out: ")  # ops their op table lacks (issue 47)
+    assert len(tags) == len(set(tags)) == len(items) == 959 - left_out and left_out < 20
     used = {model_ops_v2.variant_dtype(i["sample_inputs_func"]["args"]) for i in items}
     assert used <= {d["name"] for d in doc["test_suite_config"]["global"]["supported_dtypes"]}
     data = cli.json("import", out, "--dry-run", db=tmp_path / "back.db")
-    assert data["files"][0]["records"] == 959 and data["files"][0]["skipped"] == 0
+    assert data["files"][0]["records"] == len(items) and data["files"][0]["skipped"] == 0
 
 
 # ----------------------------------------------------------------------------------- v1 regressions

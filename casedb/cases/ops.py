@@ -308,6 +308,25 @@ def refuse_unsafe(name: str) -> None:
     _check_allowed(name, *found)
 
 
+def refusal(name: str) -> tuple[str, str] | None:
+    """Why casedb never calls ``name``, as ``("unsafe", why)`` for what reaches files, processes or
+    process-wide state (the denied names, torch.ops operators the dispatcher refuses, dunder walks:
+    an input naming one is refused) or ``("not an op", why)`` for the rest (a tracer's bookkeeping
+    call such as ``torch.nn.attention._backend_from_string``: an importer lists it as skipped);
+    None when casedb may call it."""
+    try:
+        refuse_unsafe(name)
+    except UnsafeOpError as e:
+        path = names.op_path(name)
+        parts = path.split(".")
+        base = parts[-1]
+        private = any(p.startswith("_") for p in parts[1:-1])  # torch._C._functorch...: never public API
+        unsafe = (path.startswith("torch.ops.") or any(p.startswith("__") for p in parts[:-1])
+                  or (not private and (base in DENIED or dispatcher.denied_name(base))))
+        return ("unsafe" if unsafe else "not an op"), str(e)
+    return None
+
+
 def _resolve(name: str) -> tuple[Callable, str, str]:
     fn, kind, base, path = _lookup(name)
     _check_allowed(name, fn, kind, base, path)

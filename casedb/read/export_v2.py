@@ -1,17 +1,20 @@
 """Write a model's cases as the RFC implementation's v2 model-ops config (``casedb export --format
-spyre-v2``), the file their runner (``tests/models/test_model_ops_v2.py``) loads.
+spyre-v2``), the file their runner (``tests/models/test_model_ops_v2.py``) collects and runs.
 
-What is written re-imports (importers/model_ops_v2.py) to the same signatures: every tensor gets
-its exact layout (``stride`` and ``storage_offset``, from the layout preset), its init in their
-terms (the reverse of the importer's table), values kept as stored. The judgement goes where
-their runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which
-also lists every dtype a case is filed under, or their runner drops it), the model's seed as
-``input_config.seed``, and one test per mode (mandatory_success, xfail, skip) from the cases'
-``xfail_if``/``skip_if``. Data and file tensors are written as ``.pt`` files beside the config
-(``init: file``; their runner resolves the path from its working folder, casedb from the file's).
+Each call is written as their op table spells it, its arguments in the form their entry takes
+(casedb.read.spyre_calls; a call their table lacks is left out and noted); every tensor gets its
+exact layout (``stride`` and ``storage_offset``, from the layout preset) and its init in their terms
+(the reverse of the importer's table), values kept as stored. The judgement goes where their
+runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which also
+lists every dtype a case is filed under, or their runner drops it), the model's own tolerance for
+its dtype, the model's seed as ``input_config.seed``, and one test per mode (mandatory_success,
+xfail, skip) from the cases' ``xfail_if``/``skip_if``. Data tensors and what their loader cannot
+make (an ``arange`` with a start, a 0-d ``randn``) are ``.pt`` files in ``<out>.files/``, written
+under their root token (``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/<out>.files/``).
+Descriptions are written verbatim: no text in them becomes a tag.
 
 What v2 cannot say exactly is listed in ``notes`` (a case's own seed, tolerances that differ
-between cases of one dtype, integer-valued randint floats, ``arange`` with a start or step).
+between cases of one dtype, integer-valued randint floats, the cases left out).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import IO
 import yaml
 
 from casedb.cases import dtypes, presets
-from casedb.read.export import _Dumper, _Writer, _value
+from casedb.read import spyre_calls
+from casedb.read.export import _Dumper, _flow, _Writer, _value
 from casedb.store.database import Store
 from importers import model_ops_v2
 
@@ -39,12 +43,12 @@ class _V2Writer(_Writer):
         self.case = ""
 
     def v2_tensor(self, t: dict) -> dict:
-        out: dict = {"shape": list(t["shape"])}
+        out: dict = {"shape": _flow(list(t["shape"]))}
         stride, offset = presets.layout(t)
-        out.update(stride=stride, storage_offset=offset, dtype=f"torch.{t['dtype']}")
-        out.update(self.v2_init(t))
+        out.update(stride=_flow(list(stride)), storage_offset=offset, dtype=f"torch.{t['dtype']}")
+        out.update(_flow(self.v2_init(t)))
         if t.get("device_layout"):
-            out["device_layout"] = dict(t["device_layout"])
+            out["device_layout"] = _flow(dict(t["device_layout"]))
         return out
 
     def v2_init(self, t: dict) -> dict:
@@ -68,6 +72,9 @@ class _V2Writer(_Writer):
             return {"init": "randint", "init_args": {"low": 0, "high": 10}}  # casedb's integer rand/randn
         if init == "arange" and (args or len(t["shape"]) != 1):
             return {"init": "file", "init_args": {"path": self.values_file(t)}}  # their arange is 1-d, from 0
+        if init == "randn" and not t["shape"]:
+            # their loader calls torch.randn(*shape): no size for a 0-d tensor (a TypeError)
+            return {"init": "file", "init_args": {"path": self.values_file(t)}}
         if init in ("full", "cumsum_offsets"):
             return {"init": init, "init_args": args}
         return {"init": init or "rand"}
@@ -80,7 +87,7 @@ class _V2Writer(_Writer):
         if "file" in spec:
             return {"tensor": self.v2_tensor(spec["file"])}
         if "value" in spec:
-            return {"value": _value(spec["value"])}
+            return {"value": _flow(_value(spec["value"]))}
         return dict(spec)
 
     def values_file(self, t: dict) -> str:
@@ -94,15 +101,15 @@ class _V2Writer(_Writer):
 
         values = prepare({"inputs": [{"tensor": t}], "seed": 0}).leaves[0].base
         sha = hashlib.sha256(blobs.encode(values)).hexdigest()
-        self.notes.append(f"{self.case}: {t['init']} {t.get('init_args') or ''} over {t['shape']} written as a file "
-                          "of its values (init: file)")
+        init = " ".join(str(x) for x in (t["init"], t.get("init_args")) if x)
+        self.notes.append(f"{self.case}: {init} over {t['shape']} written as a file of its values (init: file)")
         self.file_check()
         folder = self.out_path.parent / f"{self.out_path.stem}.files"
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{sha[:12]}.pt"
         if not target.exists():
             torch.save(values.clone(), target)
-        return str(target.relative_to(self.out_path.parent))
+        return self.their_path(target.name)
 
     def file_check(self) -> None:
         if self.out_path is None:
@@ -111,7 +118,13 @@ class _V2Writer(_Writer):
 
     def file(self, f: dict) -> str:
         self.file_check()
-        return super().file(f)
+        return self.their_path(Path(super().file(f)).name)
+
+    def their_path(self, name: str) -> str:
+        """A .pt path as their configs write paths: under their root token, in the folder their
+        model-ops configs live in (their runner resolves a plain path from its working folder);
+        casedb reads it beside the config (importers/v2_inputs.py)."""
+        return f"{model_ops_v2.THEIR_CONFIG_DIR}{self.out_path.stem}.files/{name}"
 
 
 _NUMBERED = re.compile(r"(?P<op>.+)\.(?P<n>\d+)(_\w+)?")
@@ -147,7 +160,9 @@ def _mode(occ: dict, case: str, notes: list) -> str:
     for s in skips:
         notes.append(f"{case}: skip_if {s['expr']!r} not written (a v2 mode has no condition)")
     if occ.get("expects_error"):
-        notes.append(f"{case}: expects_error not written (v2 has no expected errors)")
+        # v2 has no expected errors: their runner would fail the call that raises by design
+        notes.append(f"{case}: expects_error written as mode: skip (v2 has no expected errors)")
+        return "skip"
     if not occ.get("xfail"):
         return "mandatory_success"
     if occ["xfail"]["expr"] not in ("True", model_ops_v2.XFAIL_IF):
@@ -160,47 +175,59 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
     notes = notes if notes is not None else []
     m = store.model(model)
     defaults = store.models_defaults(m["name"]) or {}
-    occs = store.occurrences([m["name"]], markexpr="")
     writer = _V2Writer(store, out_path, notes)
+    calls = []
+    for occ in store.occurrences([m["name"]], markexpr=""):
+        writer.case = f"{m['name']}::{occ['name']}"
+        call = _call(writer, occ)
+        if isinstance(call, str):
+            notes.append(f"{writer.case}: left out: {call}")
+        else:
+            calls.append((occ, call))
     precision: dict[str, dict] = {}
     tests: dict[str, list] = {}
-    for occ, tag in zip(occs, _numbered_tags(occs)):
+    tags = _numbered_tags([{"name": occ["name"], "op": call[0]} for occ, call in calls])
+    for (occ, (name, args, kwargs)), tag in zip(calls, tags):
         writer.case = f"{m['name']}::{occ['name']}"
-        args = [writer.v2_input(s) for s in occ["inputs"]]
-        item = {"name": occ["op"], "sample_inputs_func": {"args": args}}
-        if occ["attrs"]:
-            item["sample_inputs_func"]["kwargs"] = {
-                k: writer.v2_input(v) if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in
-                ("tensor", "tensor_list", "file", "py") else _value(v) for k, v in occ["attrs"].items()}
-        description, extra = _split_description(occ["description"])
-        if description:
-            item["description"] = description
+        args = [{"value": _flow(a["value"])} if set(a) == {"value"} else a for a in args]
+        kwargs = {k: _flow(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+        item = {"name": name, "sample_inputs_func": {"args": args, **({"kwargs": kwargs} if kwargs else {})}}
+        if occ["description"]:
+            item["description"] = occ["description"]  # verbatim: text never becomes tags
         # their per-op marks among casedb's derived ones (recomputed on import), then the case's own
         marks = [x for x in occ["derived_marks"] or [] if x in THEIR_MARKS]
         marks += [x for x in occ["own_marks"] or [] if x not in marks]
-        item["tags"] = [t for t in marks + extra if t != tag] + [tag]
+        item["tags"] = _flow([t for t in marks if t != tag] + [tag])
         if occ["seed"] is not None:
             notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
         _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
         tests.setdefault(_mode(occ, writer.case, notes), []).append(item)
+    _model_tolerance(precision, defaults)
     glob: dict = {"supported_dtypes": [{"name": d, **({"precision": p} if p else {})}
                                        for d, p in sorted(precision.items())]}
     if defaults.get("seed") is not None:
         glob["input_config"] = {"seed": defaults["seed"]}
-    entries = [{"names": [TEST_NAME], "mode": mode, "tags": [f"model__{m['name']}"],
+    entries = [{"names": [TEST_NAME], "mode": mode, "tags": _flow([f"model__{m['name']}"]),
                 "edits": {"ops": {"include": items}}} for mode, items in tests.items()]
-    return {"test_suite_config": {"labels": ["trunk"], "global": glob, "files": [
+    return {"test_suite_config": {"labels": _flow(["trunk"]), "global": glob, "files": [
         {"path": RUNNER_PATH, "unlisted_test_mode": "skip", "tests": entries}]}}
 
 
-def _split_description(text: str | None) -> tuple[str | None, list[str]]:
-    """The description and the tags the importer appended to it (``v2 tags: ...``)."""
-    if not text:
-        return text, []
-    head, sep, tail = text.rpartition("\nv2 tags: ")
-    if not sep and text.startswith("v2 tags: "):
-        return None, text[len("v2 tags: "):].split()
-    return (head, tail.split()) if sep else (text, [])
+def _call(writer: "_V2Writer", occ: dict):
+    """(their op name, args, kwargs) of an occurrence as v2 items, or why their runner cannot run it."""
+    args = [writer.v2_input(s) for s in occ["inputs"]]
+    kwargs = {k: writer.v2_input(v) if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in
+              ("tensor", "tensor_list", "file", "py") else _value(v) for k, v in (occ["attrs"] or {}).items()}
+    return spyre_calls.their_call(occ["op"], args, kwargs)
+
+
+def _model_tolerance(precision: dict, defaults: dict) -> None:
+    """The model's own tolerance (its manifest's ``default: rtol/atol``) as the precision of its
+    dtype where no case set one: their runner otherwise judges it at 5e-3."""
+    dtype = dtypes.canonical(defaults.get("dtype") or "bfloat16")
+    own = {k: defaults[k] for k in ("atol", "rtol") if defaults.get(k) is not None}
+    if own and dtype in precision and not precision[dtype]:
+        precision[dtype] = own
 
 
 def _precision(out: dict, dtype: str, occ: dict, case: str, notes: list) -> None:
