@@ -219,6 +219,12 @@ def output_numel(case: dict, fn: Callable) -> int | None:
         log.disabled = was_disabled
 
 
+def shape_inputs(case: dict) -> tuple[list, dict]:
+    """``(args, kwargs)`` of ``case`` on the CPU, uninitialized: made in the caller's fake tensor
+    mode, sizes only (casedb.coverage traces what a case calls on them)."""
+    return _prepare(case, _ShapeBuilder(None, case.get("dtype") or "float32", None)).place("cpu")
+
+
 def result_leaves(x):
     """The tensors and Python scalars of a result (tuples, lists and dicts walked through)."""
     if isinstance(x, (list, tuple)):

@@ -158,6 +158,8 @@ def prepare_target(target: Target) -> Target:
         backend.check_backend(target.backend)
     except ValueError as e:
         raise TargetError(str(e)) from None
+    if (why := backend.compile_support(device, target.backend)) is not None:
+        raise TargetError(why)
     if target.reference_dtype is not None:
         try:
             dtypes.reference_dtype(target.reference_dtype)

@@ -52,13 +52,14 @@ def torch_version() -> str | None:
 # ---------------------------------------------------------------------------------------- runs
 
 def start_run(conn: sqlite3.Connection, *, selection: dict, args: list[str], device: str | None,
-              backend: str) -> int:
-    """Insert a `running` runs row; returns its id."""
+              backend: str, software: dict | None = None) -> int:
+    """Insert a `running` runs row; returns its id (``software``: casedb.run.software.describe)."""
     cur = conn.execute(
-        """INSERT INTO runs (uid, started_at, status, device, backend, torch_version, casedb_version, host, args, selection)
-           VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
+        """INSERT INTO runs (uid, started_at, status, device, backend, torch_version, casedb_version, host, args,
+                             selection, software)
+           VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)""",
         [uuid.uuid4().hex, now(), device, backend, torch_version(), __version__, socket.gethostname(),
-         dumps(list(args)), dumps(selection)])
+         dumps(list(args)), dumps(selection), None if software is None else dumps(software)])
     return cur.lastrowid
 
 

@@ -269,3 +269,11 @@ def m141_repro_run(db):
     # The repro command the views show names its run (`casedb repro ... --run N`), so the script
     # takes that run's imports, judge and tolerances.
     _create_views(db)
+
+
+@migrations()
+def m190_run_software(db):
+    # What software a run's target is made of (casedb.run.software: the --import modules with
+    # their versions and file hashes, torch's version, the environment steering torch and the
+    # device): runs on one device name told apart.
+    db["runs"].add_column("software", str)
