@@ -89,7 +89,8 @@ class RunSpec:
         "Run these models' cases (repeatable; gpt_oss = gpt-oss, case-insensitive).",
         cli=("--model",), pytest="--casedb-model", rfc="--model", metavar="NAME"), factory=list)
     all_models: bool = opt(False, Flag(
-        "Run every model's cases (the pytest front end runs a small smoke set without --model).",
+        "Run every model's cases (the pytest front end runs a small smoke set without --model, unless --op, -k, "
+        "--shard, --limit or --max-numel selects: then every model's, as casedb run).",
         pytest="--casedb-all-models", rfc="--all-models"))
     dedupe: bool = opt(True, Flag(
         "Run each unique case once and judge it for every model that has it (default), or every occurrence.",
