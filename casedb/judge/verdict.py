@@ -91,7 +91,7 @@ def _short(msg: str, n: int = 300) -> str:
 
 def judge(execution: Execution, *, rtol: float | None = None, atol: float | None = None,
           tolerances: dict | None = None, judge: str = numerics.DEFAULT_JUDGE, expects_error: dict | None = None,
-          xfail: str | None = None) -> Verdict:
+          xfail: str | None = None, xfail_strict: bool = True) -> Verdict:
     """The verdict for one model occurrence of an executed case.
 
     ``tolerances``: dtype name -> :class:`casedb.judge.numerics.Tolerance` (or ``(rtol, atol)``) for
@@ -141,7 +141,7 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
         _judge_against_upcast(v, ex)
     else:
         _judge_result(v, ex, pairs)
-    return _apply_xfail(v, xfail)
+    return _apply_xfail(v, xfail, xfail_strict)
 
 
 def _tolerances(ex: Execution, rtol, atol, tolerances: dict | None) -> dict:
@@ -271,10 +271,13 @@ def _compared(v: Verdict, ex: Execution, pairs: dict) -> Comparison | None:
                       comparable=values.comparable, opaque=values.opaque)
 
 
-def _apply_xfail(v: Verdict, xfail: str | None) -> Verdict:
-    """An occurrence expected to fail: a pass is xpassed, a failure or error xfailed."""
+def _apply_xfail(v: Verdict, xfail: str | None, strict: bool = True) -> Verdict:
+    """An occurrence expected to fail: a pass is xpassed (not ``strict``: passed), a failure or
+    error xfailed."""
     if xfail and v.outcome in ("passed", "failed", "error"):
-        if v.outcome == "passed":
+        if v.outcome == "passed" and not strict:
+            v.reason = f"{v.reason} (expected to fail, not strictly: {xfail})"
+        elif v.outcome == "passed":
             v.outcome, v.reason = "xpassed", f"expected to fail ({xfail}) but passed"
         else:
             v.outcome, v.reason = "xfailed", f"{xfail}: {v.reason}"

@@ -135,6 +135,10 @@ class RunSpec:
     reference_dtype: str | None = opt(None, Flag(
         "Also compare with an upcast reference (float32/float64).",
         cli=("--reference-dtype",), pytest="--casedb-reference-dtype", target=True, metavar="DTYPE"))
+    run_skipped: bool = opt(False, Flag(
+        "Also run the occurrences a skip_if condition skips (a v2 config's mode: skip, an excluded or unsupported "
+        "dtype), on purpose: judged as any other; triage exclusions still apply.",
+        cli=("--run-skipped",), pytest="--casedb-run-skipped", target=True))
     check_determinism: bool = opt(False, Flag(
         "Run the target twice; require identical bits.",
         cli=("--check-determinism",), pytest="--casedb-check-determinism", target=True))

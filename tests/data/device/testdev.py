@@ -24,11 +24,16 @@ Environment (read at import; ``-j`` workers inherit it):
   (integer results ``y + 1``): a device wrong in one op;
 * ``TESTDEV_IGNORE_INDEX=1``: every result lands on ``testdev:0`` whatever the device index
   (a device that ignores ``testdev:1``).
+
+A case's ``device_layout`` (a v2 config's) goes through casedb's ``DEVICE_LAYOUT_HOOKS["testdev"]``:
+the tensor keeps the layout, and a kernel given one notes it (``testdev_layout`` in the result's
+notes) with the strides it got.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
@@ -100,8 +105,19 @@ def _wrong(y):
     return y * 1.25 + 1 if y.is_floating_point() else y + 1
 
 
+def _note_layouts(args, kwargs) -> None:
+    """A kernel given tensors the layout hook made says so in the run's notes (results.metrics)."""
+    found = [x._device_layout for x in tree_flatten((args, kwargs))[0]
+             if isinstance(x, TestDevTensor) and getattr(x, "_device_layout", None) is not None]
+    execute = sys.modules.get("casedb.run.execute")
+    if found and execute is not None:
+        execute.note("testdev_layout", {"layouts": found, "strides": [list(x.stride()) for x in
+                                        tree_flatten((args, kwargs))[0] if isinstance(x, TestDevTensor)]})
+
+
 def _kernel(op, wrong: bool):
     def kernel(*args, **kwargs):
+        _note_layouts(args, kwargs)
         cpu_args, cpu_kwargs = tree_map(_unwrap, (args, kwargs))
         out = op(*cpu_args, **cpu_kwargs)
         if wrong:
@@ -216,6 +232,22 @@ def _register() -> dict:
     return module.state
 
 
+def _layout_hook(t: torch.Tensor, dev: torch.device, layout: dict) -> torch.Tensor:
+    """casedb's DEVICE_LAYOUT_HOOKS entry: the tensor moved with its strides, the layout kept on it."""
+    out = TestDevTensor(t.clone() if t.is_contiguous() else t, dev.index or 0)  # (strides as given)
+    out._device_layout = dict(layout)
+    return out
+
+
+def _register_layout_hook() -> None:
+    try:
+        from casedb.cases.materialize import DEVICE_LAYOUT_HOOKS
+    except ImportError:  # imported without casedb (a repro script): no layouts to lay out
+        return
+    DEVICE_LAYOUT_HOOKS[NAME] = _layout_hook
+
+
 state = _register()
+_register_layout_hook()
 KERNELS = state["kernels"]
 TestDevTensor = state["tensor"]
