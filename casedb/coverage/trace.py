@@ -15,6 +15,7 @@ the CPU's flash attention for ``scaled_dot_product_attention``); a target may ch
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -73,27 +74,34 @@ class _Recorder(TorchDispatchMode):
 
 def trace_case(case: dict, fn: Callable, key: str, load_blob=None) -> Trace:
     """The aten operators ``fn`` (the case's op) sends to a target of dispatch key ``key``."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     log = logging.getLogger("torch._subclasses.fake_tensor")  # (a meta kernel refusing logs a traceback)
     was, log.disabled = log.disabled, True
+    with warnings.catch_warnings():  # (an op reading a fake tensor's data pointer warns: the CPU then tells)
+        warnings.simplefilter("ignore")
+        try:
+            return _trace(case, fn, key, load_blob)
+        finally:
+            log.disabled = was
+
+
+def _trace(case: dict, fn: Callable, key: str, load_blob) -> Trace:
+    """On fake tensors, else on the CPU with the case's inputs (see the module docstring)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    trace = Trace()
     try:
-        trace = Trace()
-        try:
-            with FakeTensorMode(), torch.no_grad():
-                args, kwargs = shape_inputs(case)
-                with _Recorder(key, trace, trace.ops):
-                    fn(*args, **kwargs)
-            return trace
-        except Exception:  # an output size that depends on values, a meta kernel missing: the CPU
-            pass
-        trace = Trace(on="cpu")
-        try:
-            args, kwargs = prepare(case, load_blob=load_blob).place("cpu", fresh=True)
-            with torch.no_grad(), _Recorder(key, trace, trace.ops):
+        with FakeTensorMode(), torch.no_grad():
+            args, kwargs = shape_inputs(case)
+            with _Recorder(key, trace, trace.ops):
                 fn(*args, **kwargs)
-        except Exception as e:  # the op raises on the CPU too: the run says what (ref_error)
-            trace.error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
         return trace
-    finally:
-        log.disabled = was
+    except Exception:  # an output size that depends on values, a meta kernel missing: the CPU
+        pass
+    trace = Trace(on="cpu")
+    try:
+        args, kwargs = prepare(case, load_blob=load_blob).place("cpu", fresh=True)
+        with torch.no_grad(), _Recorder(key, trace, trace.ops):
+            fn(*args, **kwargs)
+    except Exception as e:  # the op raises on the CPU too: the run says what (ref_error)
+        trace.error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
+    return trace

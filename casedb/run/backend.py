@@ -35,6 +35,18 @@ def check_backend(backend) -> None:
                              f"dynamo backend: {', '.join(sorted(known))}")
 
 
+# Backends that wrap the op instead of compiling it (a device dynamo cannot trace still runs them):
+# name -> ``make(fn) -> wrapped fn, or None`` (None: compile as usual). casedb.mutation.harness
+# registers its mutants here for the tensor-level base.
+OP_WRAPPERS: dict = {}
+
+
+def op_wrapper(backend, fn):
+    """``fn`` wrapped by ``backend`` when it is a wrapping backend now, else None."""
+    make = OP_WRAPPERS.get(backend) if isinstance(backend, str) else None
+    return None if make is None else make(fn)
+
+
 _BUILT_IN_DEVICES = ("cpu", "cuda", "meta")  # inductor and dynamo ship with support for these
 
 
@@ -44,7 +56,7 @@ def compile_support(device: str, backend) -> str | None:
     inductor needs a backend registered for the device type, and dynamo must trace the device's
     tensors (one ``x + 1`` compiled with ``backend``)."""
     dev = torch.device(device)
-    if backend == "eager" or dev.type in _BUILT_IN_DEVICES:
+    if backend == "eager" or dev.type in _BUILT_IN_DEVICES or op_wrapper(backend, len) is not None:
         return None
     todo = ("run with --backend eager, or register the device's compile support in the module given to "
             "--import")

@@ -33,7 +33,7 @@ from casedb.judge.compare import compare
 from casedb.judge.execution import ErrorInfo, Execution
 from casedb.judge.nonfinite import nan_inf_differ
 from casedb.run import refcache
-from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage
+from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage, op_wrapper
 from casedb.run.calls import _call, _to_cpu, _watch, is_case_outcome, watch_interrupts  # noqa: F401 (re-exported)
 from casedb.run.refcache import ReferenceCache
 
@@ -323,7 +323,8 @@ def _run_target(ex: Execution, s: _Setup, dev: torch.device, backend, check_dete
                 shared: tuple | None, replace_device: bool = True) -> None:
     """The target: compiled (unless eager), called once, and for a compiled target or a
     determinism check once more. ``shared``: the reference's inputs, reused on the CPU."""
-    compiled = backend != "eager"
+    wrapped = op_wrapper(backend, s.info.fn)
+    compiled = backend != "eager" and wrapped is None
 
     def args_for_call():
         if shared is not None:
@@ -337,7 +338,7 @@ def _run_target(ex: Execution, s: _Setup, dev: torch.device, backend, check_dete
         ex.stage = "input build"
         return
     try:
-        fn, probe = compile_op(s.info.fn, backend) if compiled else (s.info.fn, None)
+        fn, probe = compile_op(s.info.fn, backend) if compiled else (wrapped or s.info.fn, None)
     except BaseException as e:
         if not is_case_outcome(e):
             raise
