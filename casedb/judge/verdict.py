@@ -77,6 +77,13 @@ def _expectations(expects_error: dict | None, device: str) -> tuple[dict | None,
     return expects_error.get("ref") or expects_error.get("cpu"), tgt
 
 
+def _cpu_limit(expects_error: dict, err) -> bool:
+    """The target raised what the case declares the CPU raises (``{cpu: ...}``; a ``ref``-only
+    declaration is the reference's alone)."""
+    cpu = expects_error.get("cpu") if "type" not in expects_error else None
+    return err is not None and bool(cpu) and err.matches(cpu)
+
+
 def _describe_spec(spec: dict) -> str:
     m = spec.get("match")
     return f"{spec.get('type')}" + (f" matching {m!r}" if m else "")
@@ -126,12 +133,12 @@ def judge(execution: Execution, *, rtol: float | None = None, atol: float | None
         return _judge_reference_error(v, err, ref_spec)  # (xfail does not turn a bad case into a pass)
     if tgt_spec:
         _judge_expected_error(v, ex, tgt_spec, pairs)
-    elif ref_expected and ex.target_error is not None and ex.target_error.matches(ref_spec):
-        # the target runs into the limitation declared for the reference (a device that calls the
-        # CPU's kernel): the declaration covers it, no triage entry per device needed
+    elif ref_expected and _cpu_limit(expects_error, ex.target_error):
+        # the target runs into the CPU's declared limitation (a device that calls the CPU's
+        # kernel): the declaration covers it, no triage entry per device needed
         _error_fields(v, ex.target_error)
         v.outcome = "xfailed"
-        v.reason = (f"raised the error declared for the reference ({_describe_spec(ref_spec)}): "
+        v.reason = (f"raised the error declared for the CPU ({_describe_spec(expects_error['cpu'])}): "
                     f"{ex.target_error.type}: {_short(ex.target_error.message)}")
     elif ex.target_error is not None:
         terr = ex.target_error
