@@ -4,7 +4,7 @@
 import subprocess
 import sys
 
-from conftest import SMALL, casedb
+from device_helpers import SMALL, casedb
 
 
 def _collect(tmp_path, db, *args) -> list[str]:

@@ -3,7 +3,7 @@ before anything runs, and a real run agreeing (issue 45)."""
 
 import pytest
 
-from conftest import TESTDEV, as_json, casedb, run_on_testdev
+from device_helpers import TESTDEV, as_json, casedb, run_on_testdev
 
 pytestmark = pytest.mark.slow
 NO_NONZERO = {"TESTDEV_MISSING": "aten::nonzero"}

@@ -3,7 +3,7 @@ mutants wrap the op call, the control raises no false alarm and a bug is caught 
 
 import pytest
 
-from conftest import TESTDEV, as_json, casedb
+from device_helpers import TESTDEV, as_json, casedb
 
 pytestmark = pytest.mark.slow
 

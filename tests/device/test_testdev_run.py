@@ -4,7 +4,7 @@ compile backends the device cannot use refused once at the start (issue 45)."""
 
 import pytest
 
-from conftest import TESTDEV, as_json, casedb, run_on_testdev
+from device_helpers import TESTDEV, as_json, casedb, run_on_testdev
 from tests.conftest import rows
 
 pytestmark = pytest.mark.slow

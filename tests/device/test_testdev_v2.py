@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import DEVICE_DIR, as_json, casedb, run_on_testdev
+from device_helpers import DEVICE_DIR, as_json, casedb, run_on_testdev
 from tests.conftest import rows
 
 pytestmark = pytest.mark.slow
