@@ -39,9 +39,9 @@ def test_target_is_a_dataclass_written_out_in_step_with_runspec():
     assert [f.name for f in dataclasses.fields(Target)] == [f.name for f, flag in spec_fields() if flag.target]
     spec = RunSpec(device="cpu", backend="eager", judge="ulp", threads=2, arch="sm_90")
     assert dataclasses.asdict(Target.from_spec(spec)) == {
-        "device": "cpu", "backend": "eager", "imports": [], "reference_dtype": None, "check_determinism": False,
-        "judge": "ulp", "values": "random", "replace_device": True, "arch": "sm_90", "measure": False,
-        "measure_baseline": "eager", "measure_budget": 2.0, "threads": 2}
+        "device": "cpu", "backend": "eager", "imports": [], "reference_dtype": None, "run_skipped": False,
+        "check_determinism": False, "judge": "ulp", "values": "random", "replace_device": True, "arch": "sm_90",
+        "measure": False, "measure_baseline": "eager", "measure_budget": 2.0, "threads": 2}
     blank = RunSpec()
     assert Target() == Target.from_spec(blank) and Target().judge == blank.judge == "both"
 

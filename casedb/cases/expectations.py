@@ -82,7 +82,11 @@ def conditions(value, key: str) -> list[dict] | None:
     return out
 
 
-def xfail(expr, reason) -> dict | None:
+def xfail(expr, reason, strict=None) -> dict | None:
+    """``{expr, reason}`` of ``xfail_if``; ``strict: False`` (``xfail_strict: false``: a pass is a
+    pass, as the RFC runner's non-strict ``mode: xfail``) kept only where given."""
+    if strict is not None and not isinstance(strict, bool):
+        raise ValueError(f"'xfail_strict' must be true or false, got {strict!r}")
     if expr is None and reason is None:
         return None
     if expr is None:
@@ -90,7 +94,8 @@ def xfail(expr, reason) -> dict | None:
     if isinstance(expr, bool):
         expr = str(expr)
     safe_eval.check_condition(str(expr))
-    return {"expr": str(expr), "reason": str(reason or f"xfail_if: {expr}")}
+    out = {"expr": str(expr), "reason": str(reason or f"xfail_if: {expr}")}
+    return out if strict is not False else {**out, "strict": False}
 
 
 def _one_expectation(v, label) -> dict:

@@ -149,8 +149,12 @@ def _place_tensor(leaf: TensorLeaf, ctx) -> torch.Tensor:
             t = t.to(to)
     hook = DEVICE_LAYOUT_HOOKS.get(dev.type) if leaf.device_layout else None
     if hook is not None:
-        t = hook(t, dev, leaf.device_layout)
-    elif dev.type != "cpu":
+        # a preset's new storage on the device would not have the layout: the preset lays the
+        # tensor out on the CPU, then the hook moves it with its device layout
+        if leaf.preset:
+            t = presets_mod.PRESETS[leaf.preset].fn(t, **leaf.preset_args)
+        return hook(t, dev, leaf.device_layout)
+    if dev.type != "cpu":
         t = t.to(dev)
     elif fresh and t is leaf.base:
         t = t.clone()
@@ -217,6 +221,12 @@ def output_numel(case: dict, fn: Callable) -> int | None:
         return None
     finally:
         log.disabled = was_disabled
+
+
+def shape_inputs(case: dict) -> tuple[list, dict]:
+    """``(args, kwargs)`` of ``case`` on the CPU, uninitialized: made in the caller's fake tensor
+    mode, sizes only (casedb.coverage traces what a case calls on them)."""
+    return _prepare(case, _ShapeBuilder(None, case.get("dtype") or "float32", None)).place("cpu")
 
 
 def result_leaves(x):

@@ -24,7 +24,8 @@ from casedb.cases.input_specs import INPUT_KINDS, InputContext, read_input, valu
 from casedb.errors import InputError
 
 CASE_KEYS = ("name", "op", "inputs", "attrs", "kwmap", "description", "expects_error", "marks",
-             "skip_if", "dtype", "seed", "rtol", "atol", "xfail_if", "xfail_reason", "count")
+             "skip_if", "dtype", "seed", "rtol", "atol", "xfail_if", "xfail_reason", "xfail_strict",
+             "count")
 DEFAULT_KEYS = ("dtype", "seed", "rtol", "atol")
 
 
@@ -223,7 +224,7 @@ def _occurrence(case: dict) -> dict:
            "atol": bounds.check_tolerance(case["atol"], "'atol'") if case.get("atol") is not None else None,
            "marks": expectations.marks_of(case.get("marks")),
            "skip_if": expectations.conditions(case.get("skip_if"), "skip_if"),
-           "xfail": expectations.xfail(case.get("xfail_if"), case.get("xfail_reason")),
+           "xfail": expectations.xfail(case.get("xfail_if"), case.get("xfail_reason"), case.get("xfail_strict")),
            "expects_error": expectations.expects_error(case.get("expects_error"))}
     description = case.get("description")
     if description is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # each module registers its commands, in the order `casedb --help` lists them
 from casedb.cli import cases, run, read, runs, triage, mutants  # noqa: F401
-from casedb.cli import cache, explain  # noqa: F401,E402
+from casedb.cli import cache, coverage, explain  # noqa: F401,E402
 from casedb.cli.common import app
 
 __all__ = ["app", "main"]

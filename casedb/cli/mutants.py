@@ -13,7 +13,8 @@ from casedb.cli.run import option, spec_parameters
 from casedb.errors import CasedbError
 
 MUTANT_BASE_HELP = ("The real backend the mutants wrap (default eager: dynamo's, the captured graph run by PyTorch; "
-                    "aot_eager, inductor, or one registered by an --import module).")
+                    "aot_eager, inductor, or one registered by an --import module; tensor: no dynamo, each mutant "
+                    "wraps the op call, for a device dynamo cannot trace).")
 
 
 def mutants_cmd(**options):

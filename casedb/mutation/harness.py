@@ -11,9 +11,15 @@ from typing import Callable
 
 import torch
 
+from casedb.run.backend import OP_WRAPPERS
+
 PREFIX = "casedb_mutant_"
 BASE_ENV = "CASEDB_MUTANT_BASE"
 DEFAULT_BASE = "eager"
+# The base without dynamo: each mutant wraps the op call itself (casedb.run.backend.OP_WRAPPERS),
+# for a device dynamo cannot trace (an eager-only PrivateUse1 device). Call-kind mutants get the op
+# as their ``call.gm``; broadcast, which reads the traced graph, does not apply.
+TENSOR_BASE = "tensor"
 KINDS = ("output", "input", "call")
 CONTROL = "none"
 COPY_LIMIT = 256 * 2**20   # bytes of storage above which an input is shared, not copied
@@ -47,6 +53,7 @@ def mutant(name: str, kind: str = "output"):
             torch._dynamo.register_backend(_backend(name), name=PREFIX + name)
         except AssertionError:  # registered by an earlier import: the backend looks MUTANTS up per compile
             pass
+        OP_WRAPPERS[PREFIX + name] = lambda op: _tensor_level(name, op) if base_backend() == TENSOR_BASE else None
         return fn
 
     return register
@@ -88,6 +95,27 @@ def _backend(name: str):
     return compile_graph
 
 
+class _OpCall:
+    """The op itself where the base has no graph (TENSOR_BASE): called with the op's positional
+    arguments, its keyword arguments fixed; it is its own ``gm`` (without a ``graph``)."""
+
+    graph = None
+
+    def __init__(self, fn, kwargs: dict):
+        self.fn, self.kwargs, self.gm = fn, kwargs, self
+
+    def __call__(self, *args):
+        return self.fn(*args, **self.kwargs)
+
+
+def _tensor_level(name: str, fn):
+    def run(*args, **kwargs):
+        m = MUTANTS[name]
+        return _APPLY[m.kind](m, _OpCall(fn, kwargs), list(args), TENSOR_BASE)
+
+    return run
+
+
 def _note(m: Mutant, base: str, changed: bool, **extra) -> None:
     from casedb.run.execute import note
 
@@ -105,11 +133,11 @@ def _apply_output(m: Mutant, call: _Call, args: list, base: str):
             if not same(new, t):
                 changed = True
                 t.copy_(new)
-        storages = {t.untyped_storage().data_ptr() for t in written}
+        storages = {_storage_key(t) for t in written}
 
         def one(y):
             nonlocal changed
-            if not isinstance(y, torch.Tensor) or (y.numel() and y.untyped_storage().data_ptr() in storages):
+            if not isinstance(y, torch.Tensor) or (y.numel() and _storage_key(y) in storages):
                 return y
             new = m.fn(y)
             if same(new, y):
@@ -202,13 +230,27 @@ def same(a, b) -> bool:
     return a is b or a == b
 
 
+def _storage_key(t: torch.Tensor):
+    """What tells a tensor's storage apart: its data pointer, or the tensor itself where a device's
+    tensors hold none torch can read (a Python wrapper tensor)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except RuntimeError:
+        return id(t)
+
+
 def copy_input(x, zeroed: bool = False):
     """A copy with the same sizes, strides and storage offset (a copy of the whole storage), or
     ``x`` itself when its storage is larger than COPY_LIMIT; ``zeroed``: the same layout over a
     storage of zeros (any size)."""
     if isinstance(x, (list, tuple)):
         return type(x)(copy_input(i, zeroed) for i in x)
-    if not isinstance(x, torch.Tensor) or (x.untyped_storage().nbytes() > COPY_LIMIT and not zeroed):
+    if not isinstance(x, torch.Tensor):
+        return x
+    if _storage_key(x) == id(x):  # a device tensor without a storage torch can read: sizes and strides
+        out = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+        return out.zero_() if zeroed else out.copy_(x)
+    if x.untyped_storage().nbytes() > COPY_LIMIT and not zeroed:
         return x
     if zeroed:
         storage = torch.zeros(x.untyped_storage().nbytes(), dtype=torch.uint8, device=x.device).untyped_storage()

@@ -130,7 +130,10 @@ def broadcast(call, args):
 
 
 def _first_output(gm):
-    """The graph's first tensor output as dynamo traced it (a fake tensor: shape only), or None."""
+    """The graph's first tensor output as dynamo traced it (a fake tensor: shape only), or None
+    (None too without a graph: the tensor-level base)."""
+    if getattr(gm, "graph", None) is None:
+        return None
     node = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if node is None:
         return None

@@ -97,14 +97,15 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
     if not spec.models:
         raise CasedbError("give --model: the mutation score is a model's")
     base = base or harness.DEFAULT_BASE
-    if base != "eager":
+    if base not in ("eager", harness.TENSOR_BASE):
         import torch
 
         try:
             torch._dynamo.lookup_backend(base)
         except Exception:
             raise CasedbError(f"--backend {base!r}: not a registered dynamo backend (eager, aot_eager, inductor, "
-                              f"or one registered by an --import module)") from None
+                              f"or one registered by an --import module), nor {harness.TENSOR_BASE!r} (the mutants "
+                              "around the op call, no dynamo: for an eager-only device)") from None
     names = pick(mutants, spec.imports)
     imports = ["casedb.mutation.mutants", *[i for i in spec.imports if i != "casedb.mutation.mutants"]]
     path = db_path(db)

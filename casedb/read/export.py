@@ -249,6 +249,8 @@ def manifest(store: Store, model: str, out_path: Path | None = None,
         if occ["xfail"]:
             c["xfail_if"] = occ["xfail"]["expr"]
             c["xfail_reason"] = occ["xfail"]["reason"]
+            if occ["xfail"].get("strict") is False:
+                c["xfail_strict"] = False
         if occ["declared_dtype"]:
             c["dtype"] = dtypes.short(occ["declared_dtype"])
         if occ["seed"] is not None:

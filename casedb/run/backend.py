@@ -35,6 +35,50 @@ def check_backend(backend) -> None:
                              f"dynamo backend: {', '.join(sorted(known))}")
 
 
+# Backends that wrap the op instead of compiling it (a device dynamo cannot trace still runs them):
+# name -> ``make(fn) -> wrapped fn, or None`` (None: compile as usual). casedb.mutation.harness
+# registers its mutants here for the tensor-level base.
+OP_WRAPPERS: dict = {}
+
+
+def op_wrapper(backend, fn):
+    """``fn`` wrapped by ``backend`` when it is a wrapping backend now, else None."""
+    make = OP_WRAPPERS.get(backend) if isinstance(backend, str) else None
+    return None if make is None else make(fn)
+
+
+_BUILT_IN_DEVICES = ("cpu", "cuda", "meta")  # inductor and dynamo ship with support for these
+
+
+def compile_support(device: str, backend) -> str | None:
+    """Why ``backend`` cannot compile ops for ``device`` (None: nothing known against it), checked
+    once per process for devices torch itself does not ship (a PrivateUse1 device such as spyre):
+    inductor needs a backend registered for the device type, and dynamo must trace the device's
+    tensors (one ``x + 1`` compiled with ``backend``)."""
+    dev = torch.device(device)
+    if backend == "eager" or dev.type in _BUILT_IN_DEVICES or op_wrapper(backend, len) is not None:
+        return None
+    todo = ("run with --backend eager, or register the device's compile support in the module given to "
+            "--import")
+    if backend == "inductor":
+        from torch._inductor.codegen.common import get_scheduling_for_device, init_backend_registration
+
+        init_backend_registration()
+        if get_scheduling_for_device(dev.type) is None:
+            return (f"inductor has no backend registered for device {dev.type!r} "
+                    f"(torch._inductor.codegen.common.register_backend_for_device): {todo}")
+    torch._dynamo.reset()
+    try:
+        x = torch.ones(2, device=dev)
+        torch.compile(lambda t: t + 1, backend=backend, fullgraph=True, dynamic=False)(x)
+    except Exception as e:  # whatever the probe raises, every case would raise too
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{backend} cannot compile for device {device}: {type(e).__name__}: {first}: {todo}"
+    finally:
+        torch._dynamo.reset()
+    return None
+
+
 class Probe:
     """Wraps the dynamo backend: what it was given (graphs, their operations), whether it
     compiled, and for inductor what it generated; the raw material of exercised, lowering and

@@ -17,6 +17,7 @@ import pytest
 
 from casedb import outcomes
 from casedb.errors import CasedbError
+from casedb.run import software
 from casedb.run.console import counted, failure_notes, triage_files_note
 from casedb.run.plan import param_id
 from casedb.run.runspec import SELECTION_VERSION
@@ -108,7 +109,8 @@ class Controller:
                 self.conn, selection={"version": SELECTION_VERSION, "options": self.cases.spec.selection(),
                                       "source": "pytest"},
                 args=[str(a) for a in self.config.invocation_params.args],
-                device=self.cases.spec.device, backend=self.cases.spec.backend)
+                device=self.cases.spec.device, backend=self.cases.spec.backend,
+                software=software.describe(self.cases.spec.imports, self.cases.spec.device))
             # the arch the run resolved (sm_90), which `triage update` scopes entries to
             history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid(),
                                      arch=self._triage()[1]["arch"])

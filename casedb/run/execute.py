@@ -33,7 +33,7 @@ from casedb.judge.compare import compare
 from casedb.judge.execution import ErrorInfo, Execution
 from casedb.judge.nonfinite import nan_inf_differ
 from casedb.run import refcache
-from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage
+from casedb.run.backend import Probe, check_backend, classify_lowering, compile_op, failure_stage, op_wrapper
 from casedb.run.calls import _call, _to_cpu, _watch, is_case_outcome, watch_interrupts  # noqa: F401 (re-exported)
 from casedb.run.refcache import ReferenceCache
 
@@ -41,10 +41,13 @@ _VALUE_FREE = re.compile(r"(^|\.)(zeros|ones|full|empty|rand|randn|randint)_like
 
 
 def _result(out, keys, args, kwargs, to_cpu: bool, op: str | None = None) -> dict:
-    res = {"output": ties.canonical(op, out, args, kwargs)}
-    for k in keys:
-        res[k] = get_arg(args, kwargs, k)
-    return _to_cpu(res) if to_cpu else res
+    """The output and the written arguments; ``to_cpu``: copied to the CPU first, so that nothing
+    of the judgement (the ties' order included) runs on the target."""
+    res = {k: get_arg(args, kwargs, k) for k in keys}
+    if to_cpu:
+        out, res = _to_cpu(out), _to_cpu(res)
+        args = (_to_cpu(args[0]), *args[1:]) if args else args  # ties.canonical reads the input
+    return {"output": ties.canonical(op, out, args, kwargs), **res}
 
 
 _notes: dict = {}
@@ -320,7 +323,8 @@ def _run_target(ex: Execution, s: _Setup, dev: torch.device, backend, check_dete
                 shared: tuple | None, replace_device: bool = True) -> None:
     """The target: compiled (unless eager), called once, and for a compiled target or a
     determinism check once more. ``shared``: the reference's inputs, reused on the CPU."""
-    compiled = backend != "eager"
+    wrapped = op_wrapper(backend, s.info.fn)
+    compiled = backend != "eager" and wrapped is None
 
     def args_for_call():
         if shared is not None:
@@ -334,7 +338,7 @@ def _run_target(ex: Execution, s: _Setup, dev: torch.device, backend, check_dete
         ex.stage = "input build"
         return
     try:
-        fn, probe = compile_op(s.info.fn, backend) if compiled else (s.info.fn, None)
+        fn, probe = compile_op(s.info.fn, backend) if compiled else (wrapped or s.info.fn, None)
     except BaseException as e:
         if not is_case_outcome(e):
             raise
@@ -375,7 +379,18 @@ def _first_target_call(ex: Execution, fn, probe: Probe | None, inputs: tuple, de
     _check_exercised(ex, probe, out, dev)
     if reduced := accumulation.reduced_precision_reduction(ex.op, dev, getattr(out, "dtype", None)):
         ex.notes["reduced_precision_reduction"] = reduced
-    ex.target = _result(out, keys, args, kwargs, to_cpu=True, op=ex.op)
+    return _keep_target(ex, out, keys, args, kwargs)
+
+
+def _keep_target(ex: Execution, out, keys: list, args, kwargs) -> bool:
+    """The target's result copied to the CPU; a copy that raises (the device's copy kernel) is the
+    target's error, recorded as such."""
+    try:
+        ex.target = _result(out, keys, args, kwargs, to_cpu=True, op=ex.op)
+    except Exception as e:
+        ex.target_error = ErrorInfo.from_exception(e, "copy to cpu")
+        ex.stage = "runtime"
+        return False
     return True
 
 
@@ -399,7 +414,13 @@ def _second_target_call(ex: Execution, fn, inputs: tuple, dev: torch.device, key
 
 
 def _devices(x, found: set) -> None:
-    found.update(t.device.type for t in result_leaves(x) if isinstance(t, torch.Tensor))
+    found.update(t.device for t in result_leaves(x) if isinstance(t, torch.Tensor))
+
+
+def _on_target(found: set, dev: torch.device) -> bool:
+    """Some output is on the target device: its index too when the target names one (outputs on
+    ``testdev:0`` do not exercise ``testdev:1``)."""
+    return any(d.type == dev.type and (dev.index is None or (d.index or 0) == dev.index) for d in found)
 
 
 def _check_exercised(ex: Execution, probe: Probe | None, out, dev: torch.device) -> None:
@@ -414,8 +435,8 @@ def _check_exercised(ex: Execution, probe: Probe | None, out, dev: torch.device)
         found: set = set()
         _devices(out, found)
         # some ops return CPU bookkeeping beside device results (flash attention's RNG state)
-        if dev.type != "cpu" and found and dev.type not in found:
-            why = f"the output is on {', '.join(sorted(found))}, not on the target device {dev.type}"
+        if dev.type != "cpu" and found and not _on_target(found, dev):
+            why = f"the output is on {', '.join(sorted(map(str, found)))}, not on the target device {dev}"
     if why:
         ex.exercised, ex.not_exercised = False, why
 

@@ -27,6 +27,7 @@ from casedb.run import refcache
 from casedb.run.console import Progress
 from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.run.session import usable_cpus
+from casedb.run import software
 from casedb.run.target import TargetError, check_import
 from casedb.store import history
 from casedb.ingest.seed import open_seeded
@@ -161,7 +162,8 @@ def _start(spec: RunSpec, db_path: Path, resume: int | None) -> tuple[RunSpec, i
         spec.all_models = spec.all_models or not spec.models
         run_id = history.start_run(
             conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},
-            args=sys.argv[1:], device=spec.device, backend=spec.backend)
+            args=sys.argv[1:], device=spec.device, backend=spec.backend,
+            software=software.describe(spec.imports, spec.device))
         return spec, run_id
     finally:
         conn.close()

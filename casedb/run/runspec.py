@@ -88,7 +88,8 @@ class RunSpec:
         "Run these models' cases (repeatable; gpt_oss = gpt-oss, case-insensitive).",
         cli=("--model",), pytest="--casedb-model", rfc="--model", metavar="NAME"), factory=list)
     all_models: bool = opt(False, Flag(
-        "Run every model's cases (the pytest front end runs a small smoke set without --model).",
+        "Run every model's cases (the pytest front end runs a small smoke set without --model, unless --op, -k, "
+        "--shard, --limit or --max-numel selects: then every model's, as casedb run).",
         pytest="--casedb-all-models", rfc="--all-models"))
     dedupe: bool = opt(True, Flag(
         "Run each unique case once and judge it for every model that has it (default), or every occurrence.",
@@ -133,6 +134,10 @@ class RunSpec:
     reference_dtype: str | None = opt(None, Flag(
         "Also compare with an upcast reference (float32/float64).",
         cli=("--reference-dtype",), pytest="--casedb-reference-dtype", target=True, metavar="DTYPE"))
+    run_skipped: bool = opt(False, Flag(
+        "Also run the occurrences a skip_if condition skips (a v2 config's mode: skip, an excluded or unsupported "
+        "dtype), on purpose: judged as any other; triage exclusions still apply.",
+        cli=("--run-skipped",), pytest="--casedb-run-skipped", target=True))
     check_determinism: bool = opt(False, Flag(
         "Run the target twice; require identical bits.",
         cli=("--check-determinism",), pytest="--casedb-check-determinism", target=True))

@@ -27,6 +27,12 @@ NO_EXPR = "\0"  # --list-cases-by-mark without an expression
 BACKEND_SEP = " @"
 
 
+def narrowed(spec: RunSpec) -> bool:
+    """A selection option beside the models is given (--op, -k, --shard, --limit, --max-numel): the
+    session then selects from every model, as `casedb run` does, instead of the smoke set."""
+    return bool(spec.op or spec.keyword or spec.shard or spec.limit or spec.max_numel)
+
+
 def spec_dest(name: str) -> str:
     """The option dest of a RunSpec field in the plugin."""
     return "casedb_" + name
@@ -61,7 +67,7 @@ class Cases:
             self.triage_implicit = implicit_paths(self.spec.triage, cwd=Path(config.invocation_params.dir))
             self.spec.triage = run_paths(self.spec.triage, cwd=Path(config.invocation_params.dir),
                                          shipped=self.spec.shipped_triage)
-        self.smoke = not self.spec.models and not self.spec.all_models
+        self.smoke = not self.spec.models and not self.spec.all_models and not narrowed(self.spec)
         self.run_id = config.option.casedb_run_id
         self.backend_runs = parse_backend_runs(getattr(config.option, "casedb_backend_runs", None))
         if self.backend_runs and self.run_id not in self.backend_runs.values():

@@ -40,6 +40,7 @@ class Target:
     backend: str = field(default_factory=default_backend)
     imports: list = field(default_factory=list)
     reference_dtype: str | None = None
+    run_skipped: bool = False
     check_determinism: bool = False
     judge: str = DEFAULT_JUDGE
     values: str = "random"
@@ -170,6 +171,8 @@ def prepare_target(target: Target) -> Target:
         backend.check_backend(target.backend)
     except ValueError as e:
         raise TargetError(str(e)) from None
+    if (why := backend.compile_support(device, target.backend)) is not None:
+        raise TargetError(why)
     if target.reference_dtype is not None:
         try:
             dtypes.reference_dtype(target.reference_dtype)
@@ -292,7 +295,7 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     for occ, env, entry in active:
         xfail = _first_true([occ.xfail] if occ.xfail else None, env)
         v = judge(ex, tolerances=policy.tolerances(vars(occ), item.case, found), judge=target.judge,
-                  expects_error=occ.expects_error, xfail=xfail)
+                  expects_error=occ.expects_error, xfail=xfail, xfail_strict=(occ.xfail or {}).get("strict", True))
         v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage, triage_target(target))
         verdicts.append((occ, v))
         judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
@@ -318,7 +321,7 @@ def _active_occurrences(item, target, triage) -> tuple[list, list]:
                 judgements.append(_judgement(occ, "skipped", t["reason"], triaged=t))
             continue
         env = condition_env(target, item.case, occ.model)
-        why = _first_true(occ.skip_if, env)
+        why = None if target.run_skipped else _first_true(occ.skip_if, env)
         if why:
             judgements.append(_judgement(occ, "skipped", why))
         else:

@@ -58,14 +58,14 @@ NEXT_RUN_ID = ("(SELECT max(ifnull((SELECT max(id) FROM runs), 0), ifnull((SELEC
 
 
 def start_run(conn: sqlite3.Connection, *, selection: dict, args: list[str], device: str | None,
-              backend: str) -> int:
-    """Insert a `running` runs row; returns its id."""
+              backend: str, software: dict | None = None) -> int:
+    """Insert a `running` runs row; returns its id (``software``: casedb.run.software.describe)."""
     cur = conn.execute(
         f"""INSERT INTO runs (id, uid, started_at, status, device, backend, torch_version, casedb_version, host, args,
-                              selection)
-           VALUES ({NEXT_RUN_ID}, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)""",
+                              selection, software)
+           VALUES ({NEXT_RUN_ID}, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)""",
         [uuid.uuid4().hex, now(), device, backend, torch_version(), __version__, socket.gethostname(),
-         dumps(list(args)), dumps(selection)])
+         dumps(list(args)), dumps(selection), None if software is None else dumps(software)])
     return cur.lastrowid
 
 

@@ -330,6 +330,18 @@ def m171_int0d_mark(db):
     from casedb.cases.marks import derive
     from casedb.serial import dumps
 
-    updates = [(dumps(derive(json.loads(inputs or "[]"), json.loads(attrs or "{}"))), signature)
-               for signature, inputs, attrs in db.execute("SELECT signature, inputs, attrs FROM cases").fetchall()]
+    updates = []
+    for signature, inputs, attrs in db.execute("SELECT signature, inputs, attrs FROM cases").fetchall():
+        try:
+            updates.append((dumps(derive(json.loads(inputs or "[]"), json.loads(attrs or "{}"))), signature))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            continue  # inputs casedb did not store: the row keeps its marks
     db.conn.executemany("UPDATE cases SET marks = ? WHERE signature = ?", updates)
+
+
+@migrations()
+def m190_run_software(db):
+    # What software a run's target is made of (casedb.run.software: the --import modules with
+    # their versions and file hashes, torch's version, the environment steering torch and the
+    # device): runs on one device name told apart.
+    db["runs"].add_column("software", str)

@@ -1,0 +1,43 @@
+"""A coverage prediction against a real run: each predicted case's recorded result, read as "no
+kernel" when the target raised torch's "Could not run 'aten::X' with arguments from the 'D'
+backend", and where the two disagree.
+"""
+
+from __future__ import annotations
+
+import re
+
+from casedb.errors import InputError
+
+_NO_KERNEL = re.compile(r"Could not run '([\w:.]+)' with arguments from the '[^']*' backend")
+
+
+def no_kernel(message: str | None) -> str | None:
+    """The operator a "no kernel" error names, else None."""
+    m = _NO_KERNEL.search(message or "")
+    return m.group(1) if m else None
+
+
+def against_run(store, run_id: int, cases: list) -> dict:
+    """Predicted (``enabled``) against run ``run_id``'s results of the same cases: agreement
+    counts, and every case that disagrees (predicted blocked but ran, predicted runnable but
+    failed for want of a kernel)."""
+    if store.db.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is None:
+        raise InputError(f"--against {run_id}: no such run (casedb runs lists them)")
+    found: dict = {}
+    for sig, outcome, message in store.db.execute(
+            "SELECT signature, outcome, error_message FROM results WHERE run_id = ?", [run_id]):
+        found.setdefault(sig, (outcome, no_kernel(message)))
+    compared, agree, disagree = 0, 0, []
+    for c in cases:
+        if c["enabled"] is None or c["signature"] not in found:
+            continue
+        outcome, kernel = found[c["signature"]]
+        compared += 1
+        if (kernel is None) == c["enabled"]:
+            agree += 1
+        else:
+            disagree.append({"signature": c["signature"], "op": c["op"], "predicted_missing": c["missing"],
+                             "outcome": outcome, "run_missing": kernel})
+    return {"run": run_id, "compared": compared, "agree": agree,
+            "agree_pct": round(100.0 * agree / compared, 1) if compared else None, "disagree": disagree}
