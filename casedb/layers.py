@@ -29,6 +29,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "casedb.scan": (TOP, "casedb.cases", "importers", "casedb.store", "casedb.ingest", "casedb.read"),
     "casedb.mutation": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage",
                         "casedb.run"),
+    # casedb coverage: which cases a target can run, traced on the CPU, checked against a run
+    "casedb.coverage": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage",
+                        "casedb.run"),
     # casedb explain: variants of failing cases run through the runner, read like a report
     "casedb.explain": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage",
                        "casedb.run", "casedb.read"),

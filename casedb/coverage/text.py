@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from casedb.run.console import clean
+from casedb.console import clean
 
 
 def _pct(v) -> str:

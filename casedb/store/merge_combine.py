@@ -21,7 +21,8 @@ from casedb.serial import dumps, loads
 
 # The RunSpec options that make up a run's target besides its device and backend (RunSpec fields
 # whose Flag has what=True and target=True; tests/hostile/test_round4_merge_hostile.py keeps the two in step).
-TARGET_OPTIONS = ("imports", "reference_dtype", "check_determinism", "judge", "values", "replace_device", "arch")
+TARGET_OPTIONS = ("imports", "reference_dtype", "run_skipped", "check_determinism", "judge", "values", "replace_device",
+                  "arch")
 SHOWN = 5
 KEPT = 100  # conflicts listed in the report (all are counted)
 
