@@ -17,6 +17,10 @@ from casedb.store import latency as stored
 
 DEFAULT_THRESHOLD = 0.10
 P_VALUE = 0.01
+# Below this a change is the jitter of one call's fixed costs (Python, the dispatcher, dynamo's
+# guards: a few microseconds that move from process to process), not the kernel's: granite4h's
+# tiny ops moved by up to 4 us between unchanged reruns on the CPU.
+MIN_CHANGE_S = 5e-6
 TOP = 20
 
 
@@ -95,9 +99,10 @@ def changes(db, run_id: int, other: int, threshold: float = DEFAULT_THRESHOLD) -
 
     ``ratio`` is the change of the target's time relative to the baseline timed beside it in the
     same run (the machine's load between the runs cancels out), or of its raw time where the
-    baseline is the target itself; ``raw_ratio`` is this run's median over the other's. The noise:
-    a rank test over the per-block times (p < 0.01), or non-overlapping spreads where there are
-    fewer than 5 blocks a side; the raw times must move the same way."""
+    baseline is the target itself; ``raw_ratio`` is this run's median over the other's. Both must
+    pass the threshold the same way, the times must differ by MIN_CHANGE_S at least, and the noise
+    must agree: a rank test over the per-block times (p < 0.01), or non-overlapping spreads where
+    there are fewer than 5 blocks a side."""
     new = {r["signature"]: r for r in stored.measured(db, run_id)}
     old = {r["signature"]: r for r in stored.measured(db, other)}
     both = sorted(set(new) & set(old))
@@ -127,7 +132,10 @@ def _moved(new: dict, old: dict, threshold: float) -> dict | None:
     raw = a["median_s"] / b["median_s"]
     rel_a, rel_b = relative(new["latency"]), relative(old["latency"])
     ratio = rel_a / rel_b if rel_a and rel_b else raw
-    if abs(math.log(ratio)) < math.log1p(threshold) or (ratio > 1) != (raw > 1):
+    beyond = math.log1p(threshold)
+    if abs(math.log(ratio)) < beyond or abs(math.log(raw)) < beyond or (ratio > 1) != (raw > 1):
+        return None
+    if abs(a["median_s"] - b["median_s"]) < MIN_CHANGE_S:
         return None
     p = mann_whitney_p(a.get("times") or [], b.get("times") or [])
     if (p is None and not _apart(a, b)) or (p is not None and p >= P_VALUE):
