@@ -15,12 +15,11 @@ carries ``their_key``, the key their runner dedupes by, for :class:`TheirDedupe`
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from casedb.cases import dtypes
+from casedb.cases import bounds, dtypes
 from casedb.cases.marks import is_mark_name
 from casedb.errors import InputError
 from importers import unrunnable, yaml_manifest
@@ -247,14 +246,17 @@ class _Judgement:
             name = self.dtype_name(d)
             self.supported.add(name)
             prec = f.mapping(d.get("precision"), ("atol", "rtol"), "precision", d)
+            checked = {}
             for k, v in prec.items():
-                # a local check (casedb.cases.bounds, shared by every reader, is on another branch):
-                # an infinite or NaN tolerance passes every result and cannot be written as JSON
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                                      or v < 0):
-                    raise InputError(f"precision.{k} must be a finite number >= 0, got {v!r}; to accept any "
-                                     "value, give the test mode: xfail or skip", where=f.where(prec, d))
-            self.precision[name] = {k: float(v) for k, v in prec.items() if v is not None}
+                if v is None or isinstance(v, str):  # (their schema: a number; a string is no tolerance)
+                    if v is not None:
+                        raise InputError(f"precision.{k} must be a number, got {v!r}", where=f.where(prec, d))
+                    continue
+                try:  # the one tolerance rule (casedb.cases.bounds): finite, >= 0
+                    checked[k] = bounds.check_tolerance(v, f"precision.{k}")
+                except ValueError as e:
+                    raise InputError(str(e), where=f.where(prec, d)) from None
+            self.precision[name] = checked
 
     def dtype_name(self, d: dict) -> str:
         try:
