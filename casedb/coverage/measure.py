@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from casedb.cases import marks as marks_mod
 from casedb.errors import InputError
-from casedb.names import model_mark
-from casedb.run.plan import build_plan, in_shard, op_matches
-from casedb.run.runspec import parse_shard
+from casedb.run import selection as run_selection
+from casedb.run.runspec import RunSpec
 
 
 @dataclass
@@ -26,18 +24,11 @@ class Selection:
 
 
 def select(store, sel: Selection) -> list:
-    """The plan items ``sel`` selects (one per unique case, every model's occurrences with it)."""
-    items = build_plan(store, sel.models or None)
-    shard = parse_shard(sel.shard) if sel.shard else None
-    expr = marks_mod.MarkExpression(sel.markexpr) if sel.markexpr else None
-    out = []
-    for it in items:
-        if not op_matches(it.op, sel.ops) or not in_shard(it.signature, shard):
-            continue
-        if expr is not None and not any(expr.matches(list(o.marks) + [model_mark(o.model)]) for o in it.occurrences):
-            continue
-        out.append(it)
-    return out[:sel.limit] if sel.limit else out
+    """The plan items ``sel`` selects: what `casedb run` with the same options would run
+    (casedb.run.selection, one rule for both), one per unique case with every model's occurrences."""
+    spec = RunSpec(models=list(sel.models), op=list(sel.ops), markexpr=sel.markexpr or "", shard=sel.shard,
+                   limit=sel.limit)
+    return run_selection.select(store, spec)
 
 
 def prepare(device: str, backend: str, imports: list) -> dict:
