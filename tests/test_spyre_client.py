@@ -95,15 +95,22 @@ def test_export_is_what_their_runner_collects_and_runs(cli, db_path, tmp_path, m
         "${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/adapt.files/")
     assert {"name": "bfloat16", "precision": {"atol": 0.01, "rtol": 0.016}} in doc["global"]["supported_dtypes"]
     assert "shape: [2, 3, 4]" in (folder / "adapt.yaml").read_text()  # flow lists, as their configs write
-    # a call that raises by design (expects_error) is their skip: their runner would fail it
-    (skipped,) = [t for t in doc["files"][0]["tests"] if t["mode"] == "skip"]
-    assert [i["name"] for i in skipped["edits"]["ops"]["include"]] == ["torch.histc"]
+    # a call that raises by design (expects_error) is their strict xfail: their runner runs it, reports
+    # the error as xfailed and a pass (the error gone) as a failure; the error itself in casedb's record
+    (strict,) = [t for t in doc["files"][0]["tests"] if t["mode"] == "xfail_strict"]
+    assert [i["name"] for i in strict["edits"]["ops"]["include"]] == ["torch.histc"]
+    assert strict["edits"]["ops"]["include"][0]["casedb"] == {"expects_error": {
+        "cpu": {"match": "histogram_cpu", "type": "RuntimeError"}, "ref": {"match": "histogram_cpu", "type": "RuntimeError"}}}
     collected = spyre_loader.collect(folder / "adapt.yaml")
     assert collected.dropped == [] and len(collected.tests) == 10
-    assert [t.op for t in collected.tests if t.mode == "skip"] == ["torch.histc"]
+    assert [t.op for t in collected.tests if t.mode == "xfail_strict"] == ["torch.histc"]
+    seed = doc["global"]["input_config"]["seed"]
     for test in collected.tests:
-        if test.mode != "skip":
-            spyre_loader.run_on_cpu(test, doc["global"]["input_config"]["seed"])
+        if test.mode == "xfail_strict":
+            with pytest.raises(RuntimeError, match="histogram_cpu"):  # their reference raises: xfailed
+                spyre_loader.run_on_cpu(test, seed)
+        else:
+            spyre_loader.run_on_cpu(test, seed)
 
 
 def test_an_op_their_table_lacks_is_left_out_and_named(cli, db_path, tmp_path, monkeypatch):
