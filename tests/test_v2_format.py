@@ -332,6 +332,17 @@ def test_round_trip_keeps_every_signature_and_expectation_of_a_mixture_of_expert
     assert histc["xfail"] in (None, "null")
 
 
+@pytest.mark.slow
+def test_round_tripped_expected_errors_are_xfailed_not_reference_errors(cli, db_path, tmp_path):
+    assert cli("import", MIXTRAL).exit_code == 0
+    _, again, _ = _export_and_back(cli, db_path, tmp_path, ["mixtral-like"])
+    r = cli("run", "--model", "mixtral-like", "--device", "cpu", "--backend", "eager", "-j", "1", "--no-progress",
+            "--json", db=again)
+    summary = json.loads(r.stdout)
+    assert (summary["executed"], summary["passed"], summary["xfailed"], summary["ref_errors"], summary["failed"],
+            summary["errors"]) == (13, 12, 1, 0, 0, 0), r.stdout
+
+
 def test_an_item_edited_after_export_is_refused_and_the_db_unchanged(cli, db_path, tmp_path):
     assert cli("import", MIXTRAL).exit_code == 0
     out, again, _ = _export_and_back(cli, db_path, tmp_path, ["mixtral-like"])

@@ -8,12 +8,18 @@ exact layout (``stride`` and ``storage_offset``, from the layout preset) and its
 runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which also
 lists every dtype a case is filed under, or their runner drops it), the model's own tolerance for
 its dtype, the model's seed as ``input_config.seed``, and one test per mode (mandatory_success,
-xfail, skip) from the cases' ``xfail_if``/``skip_if``. Data tensors and what their loader cannot
-make (an ``arange`` with a start, a 0-d ``randn``) are ``.pt`` files in ``<out>.files/``, written
-under their root token (``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/<out>.files/``).
-Descriptions are written verbatim: no text in them becomes a tag.
+xfail, xfail_strict, skip) from the cases' ``xfail_if``/``skip_if``/``expects_error``. Data tensors
+and what their loader cannot make (an ``arange`` with a start, a 0-d ``randn``) are ``.pt`` files in
+``<out>.files/``, written under their root token
+(``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/<out>.files/``). Descriptions are written
+verbatim: no text in them becomes a tag.
 
-What v2 cannot say exactly is listed in ``notes`` (a case's own seed, tolerances that differ
+What an item cannot say for casedb's own re-import rides beside it as its ``casedb:`` record
+(their item model drops unknown keys): the expected error, and the call in casedb's form wherever
+the item would read back as another case (checked here by reading it as the importer does), so a
+round trip keeps every signature (importers/README.md, "v2 model-ops configs").
+
+What v2 cannot say to their runner is listed in ``notes`` (a case's own seed, tolerances that differ
 between cases of one dtype, integer-valued randint floats, the cases left out).
 """
 
