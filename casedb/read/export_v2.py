@@ -255,7 +255,8 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
         if record:
             item[model_ops_v2.RECORD_KEY] = record
         if occ["seed"] is not None:
-            notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
+            notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file; casedb's "
+                         "record keeps it)")
         _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
         tests.setdefault(_mode(occ, writer.case, notes), []).append(item)
     _model_tolerance(precision, defaults)
