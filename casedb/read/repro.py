@@ -39,8 +39,11 @@ def _inline_module(module, together: tuple = ()) -> str:
     import ast
 
     source = inspect.getsource(module)
-    dropped = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    dropped, doc = set(), ast.get_docstring(tree) or ""
+    if doc:  # what the module is to casedb: its first line is enough in a script
+        dropped.update(range(tree.body[0].lineno, tree.body[0].end_lineno + 1))
+    for node in ast.walk(tree):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         for n in names:
@@ -50,7 +53,9 @@ def _inline_module(module, together: tuple = ()) -> str:
                 raise CasedbError(f"cannot copy {module.__name__} into a repro: it imports {n}")
     lines = [ln for i, ln in enumerate(source.splitlines(), 1)
              if i not in dropped and ln.strip() != "from __future__ import annotations"]
-    return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
+    first = " ".join(doc.split("\n\n")[0].split()).split(". ")[0].rstrip(".")
+    said = f"# {first}.\n\n" if doc else ""
+    return f"# ---- {module.__name__}\n{said}" + "\n".join(lines).lstrip("\n") + "\n\n"
 
 
 def carried_modules() -> list[tuple]:
@@ -376,7 +381,7 @@ def _fill(data: dict, prepared, blobs: list) -> str:
     values = {"HELPERS": helpers, "RUN_IMPORTS": "# run {} was recorded with --import {} (not imported: give it "
               "to `casedb repro --import`)\n".format(data["run"], json.dumps(data["run_imports"]))
               if data["run_imports"] else "",
-              **repro_words.head_words(data, judges.JUDGES[data["judge"]].by_ulp)}
+              **repro_words.head_words(data, getattr(judges.JUDGES.get(data["judge"]), "by_ulp", False))}
     # repr of a str is a Python string literal whatever it holds: the case is data, never code
     values.update({key: repr(json.dumps(value, ensure_ascii=False, sort_keys=True)) for key, value in
                    (("COPIED_JSON", copied), ("BLOBS_JSON", blobs), ("CASE_JSON", data))})

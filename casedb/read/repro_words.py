@@ -90,7 +90,9 @@ def _imports(data: dict) -> str:
 
 
 def _tolerance(data: dict) -> str:
-    tols = ", ".join(f"{d} rtol={t[0]:g} atol={t[1]:g}" for d, t in data["tolerances"].items())
+    """The case's dtype's tolerance first, then the other dtypes'."""
+    order = sorted(data["tolerances"], key=lambda d: d != data["dtype"])
+    tols = ", ".join(f"{d} rtol={data['tolerances'][d][0]:g} atol={data['tolerances'][d][1]:g}" for d in order)
     return f"{tols} ({data['tolerance_note']})"
 
 
@@ -115,6 +117,7 @@ def head_words(data: dict, by_ulp: bool) -> dict[str, str]:
         "BACKEND": backend + (": no compile" if backend == "eager" else
                               ": torch.compile(backend=BACKEND, fullgraph=True, dynamic=False)"),
         "IMPORTS": _imports(data),
+        "SEED": str(data["seed"]),
         "JUDGE": _judge(data, by_ulp),
         "TOLERANCE": _tolerance(data),
         "WRITES": ", ".join(data["writes"]) + " (written by the op): compared too" if data["writes"]
