@@ -127,3 +127,15 @@ def test_a_module_given_by_name_and_a_clear_error_when_it_cannot_be_found(cli, p
     assert ran.stderr.startswith(f"error: cannot import faultyback: put the folder that holds it ({project / 'proj'} "
                                  "when the script was written) on PYTHONPATH")
     assert run_from(script, elsewhere, {**env, "PYTHONPATH": str(moved)}).returncode == 1
+
+
+def test_a_layout_hook_the_script_cannot_find_by_name_is_a_clear_error(monkeypatch):
+    from casedb.cases.materialize import DEVICE_LAYOUT_HOOKS
+    from casedb.errors import CasedbError
+    from casedb.read.repro_imports import layout_hook
+
+    monkeypatch.setitem(DEVICE_LAYOUT_HOOKS, "meta", lambda t, dev, layout: t)
+    with pytest.raises(CasedbError, match="the device layout hook of meta .* is not a function at module level"):
+        layout_hook("meta", [])
+    monkeypatch.setitem(DEVICE_LAYOUT_HOOKS, "meta", sys.modules[__name__].write)  # a module-level function
+    assert layout_hook("meta:0", []) == {"device": "meta", "import": None, "module": __name__, "attr": "write"}

@@ -1,15 +1,19 @@
 """`casedb repro`: one case as a standalone Python script (torch only), for an upstream bug report.
 
-The script is a fixed template (``templates/repro.py.tmpl``) plus data. Everything about the
-case -- op, inputs, seed, tolerances, the models that use it -- is one JSON document that the
-script reads with ``json.loads`` from a Python string literal written by ``repr``: no text from
-a manifest or a database ever becomes code, whatever a case or model is called. The script
+The script is a fixed template (``templates/repro.py.tmpl``) plus data. Its first ~60 lines are
+what a reader needs: the case in words (:mod:`casedb.read.repro_words`: inputs, call, judge, as
+escaped comments), the call and the comparison in ``main()``. Everything about the case -- op,
+inputs, seed, tolerances, the models that use it -- is one JSON document that the script reads
+with ``json.loads`` from a Python string literal written by ``repr``: no text from a manifest or a
+database ever becomes code, whatever a case or model is called. Below a marked line the script
 carries casedb's own code, copied with :func:`inspect.getsource` so the two cannot drift: the
-input generators of :mod:`casedb.cases.materialize`, the layout presets, the blob codec and
-:func:`casedb.judge.compare.compare`, so it rebuilds the exact inputs (same seed, same generator calls
-in the same order) and judges with the same rules as a run. It runs the op on the CPU (eager, the
-reference) and on the target device (compiled as casedb compiles: ``fullgraph=True,
-dynamic=False`` after ``torch._dynamo.reset()``). Exit status 0 when the target matches.
+input generators of :mod:`casedb.cases.materialize`, the layout presets, the blob codec and the
+judge modules that say ``IN_REPRO``, so it rebuilds the exact inputs (same seed, same generator
+calls in the same order) and judges with the same rules as a run. It runs the op on the CPU
+(eager, the reference) and on the target device (compiled as casedb compiles: ``fullgraph=True,
+dynamic=False`` after ``torch._dynamo.reset()``), the ``--import`` modules found from any folder
+(:mod:`casedb.read.repro_imports`), a ``device_layout`` laid out by the device's hook. Exit
+status 0 when the target matches.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def _inline_module(module, together: tuple = ()) -> str:
     source = inspect.getsource(module)
     tree = ast.parse(source)
     dropped, doc = set(), ast.get_docstring(tree) or ""
-    if doc:  # what the module is to casedb: its first line is enough in a script
+    if doc:  # what the module is to casedb: its first sentence is enough in a script
         dropped.update(range(tree.body[0].lineno, tree.body[0].end_lineno + 1))
     for node in ast.walk(tree):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
