@@ -187,8 +187,9 @@ def test_custom_op_from_an_import_line_reproduces_its_failure(cli, db, tmp_path,
     # judged by tolerance (given): no high-precision call comes between the reference's call and the target's
     path = write_repro(cli, tmp_path, "wrong", "--device", "cpu", "--backend", "eager", "--import", wrong_ops,
                        "--rtol", "1e-3", "--atol", "1e-3")
-    # the file relative to the working directory: a script never carries an absolute path
-    assert runpy.run_path(str(path), run_name="repro")["CASE"]["imports"] == [os.path.relpath(wrong_ops)]
+    # the file by its absolute path, its module name as a fallback: the script runs from any folder
+    assert runpy.run_path(str(path), run_name="repro")["CASE"]["imports"] == [
+        {"module": "wrong_ops", "file": str(wrong_ops), "folder": str(tmp_path), "given": "file"}]
     done = run_script(path)
     assert done.returncode == 1 and "exceed atol=0.001 + rtol=0.001*|ref|" in done.stderr
     # the same case with the run's own tolerance relaxed passes: the failure is the values, not the script
