@@ -49,6 +49,9 @@ OTHER_LAYOUT = {
     "getitem": ("slice", "select", "index", "unsqueeze", "alias"),
     "setitem": ("index_put_", "index_put", "copy_", "fill_", "masked_fill_", "slice_scatter", "select_scatter"),
     "tensor": ("lift_fresh", "lift_fresh_copy", "scalar_tensor"),
+    # x.float() is aten::to(x, torch.float32)
+    **{method: ("to", "_to_copy") for method in ("float", "double", "half", "bfloat16", "int", "long", "short",
+                                                 "bool", "byte", "char", "type_as")},
 }
 _ALIAS = {alias: key for key, aliases in SAME_OP.items() for alias in aliases}
 _REFLECTED = {alias: key for key, aliases in REFLECTED.items() for alias in aliases}
