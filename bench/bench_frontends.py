@@ -121,13 +121,16 @@ def generate(name: str, out: Path) -> dict:
 
 
 def import_all(name: str, out: Path, db: Path) -> dict:
-    """The scan, the Kineto trace and the ET trace into one DB; each import's --json report."""
+    """The scan, the Kineto trace and the ET trace into one DB; each import's counts (``linked``:
+    calls already cases under another spelling)."""
     reports = {}
     for front, args in (("scan", [str(out / f"{name}.scan.jsonl")]),
                         ("kineto", ["--model", f"{name}-kineto", str(out / f"{name}.kineto.json")]),
                         ("et", ["--model", f"{name}-et", "--format", "et", str(out / f"{name}.et.json")])):
         proc = _checked(casedb("import", "--json", *args, db=db), f"import {name} {front}")
-        reports[front] = json.loads(proc.stdout)["totals"]
+        (report,) = json.loads(proc.stdout)["files"]
+        reports[front] = {k: report[k] for k in ("records", "occurrences", "new_cases", "duplicates", "linked",
+                                                 "skipped")}
     return reports
 
 

@@ -196,3 +196,27 @@ def test_cli_scan_compare_accepts_a_trace(cli, tmp_path):
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout)["compare"]
     assert "torch.ops.aten.linear.default" not in got["missing"] and got["matched"] >= 4, got
+
+
+# ------------------------------------------------------------------------- version manifests
+
+def test_a_version_manifest_leaves_out_calls_shipped_under_another_layout(tmp_path):
+    """``scan --new-cases``: linear(x, w, None) of a newer transformers is the shipped linear(x, w)."""
+    from casedb.scan.versions import write_version_manifest
+
+    root = tmp_path / "manifests"
+    root.mkdir()
+    (root / "toy.yaml").write_text("model: toy\ndefault: {dtype: fp32}\ncases:\n"
+                                   "  - {op: torch.nn.functional.linear, inputs: [{tensor: {shape: [4, 16]}}, "
+                                   "{tensor: {shape: [8, 16]}}]}\n")
+    scan = tmp_path / "toy.jsonl"
+    header = {"casedb_scan": 1, "model": "toy", "level": "torch", "phase": "prefill", "transformers": "9.9",
+              "torch": "2.13", "defaults": {"dtype": "fp32"}}
+    calls = [("torch.nn.functional.linear", [[4, 16], [8, 16]], [{"value": None}]),  # the shipped call
+             ("torch.Tensor.mul", [[4, 8], [4, 8]], [])]                                # a new one
+    scan.write_text("\n".join([json.dumps(header)] + [json.dumps(
+        {"type": "case", "model": "toy", "where": f"toy.py:{i}", "count": 1,
+         "case": {"op": op, "inputs": [{"tensor": {"shape": s}} for s in shapes] + extra}})
+        for i, (op, shapes, extra) in enumerate(calls)]) + "\n")
+    got = write_version_manifest(scan, tmp_path / "toy@transformers-9.9.yaml", root)
+    assert (got["scanned"], got["new"], got["already_shipped"]) == (2, 1, 1)
