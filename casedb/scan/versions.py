@@ -86,9 +86,10 @@ def write_version_manifest(scan_file: str | Path, out: str | Path | None = None,
         with Store(Path(tmp) / "shipped.sqlite") as shipped:
             if base:
                 import_paths(shipped, base)
-            known = {o["signature"] for o in shipped.occurrences([model], markexpr="")} if base else set()
+            held = shipped.occurrences([model], markexpr="") if base else []
+            known = {o["signature"] for o in held}
             # the same call spelt otherwise (linear(x, w) and linear(x, w, None)) is shipped too
-            known_calls = {_call(o) for o in shipped.occurrences([model], markexpr="")} if base else set()
+            known_calls = {_call(o) for o in held}
         with Store(Path(tmp) / "scan.sqlite") as scanned:
             import_paths(scanned, [scan_file])
             occurrences = scanned.occurrences([model], markexpr="")
