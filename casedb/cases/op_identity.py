@@ -38,15 +38,15 @@ SAME_OP = {
     "remainder": ("mod", "__mod__"), "abs": ("__abs__", "absolute"),
     "getitem": ("__getitem__",), "setitem": ("__setitem__",),
 }
-# The reflected operators (``2 - x`` is ``x.__rsub__(2)``): the same operator with the operands
-# the other way round; the same op when op lists are compared, never one call.
+# The reflected operators (``2 - x`` is ``x.__rsub__(2)``: the operands the other way round) and the
+# in-place ``&=`` / ``|=``: the same op when op lists are compared, never one call.
 REFLECTED = {"div": ("__rtruediv__",), "floor_divide": ("__rfloordiv__",), "sub": ("__rsub__", "rsub"),
              "add": ("__radd__",), "mul": ("__rmul__",), "bitwise_and": ("__rand__", "__iand__"),
              "bitwise_or": ("__ror__", "__ior__"), "pow": ("__rpow__",), "remainder": ("__rmod__",)}
 # The same work, arguments laid out otherwise: operator (as op_name spells it) -> the ATen ops a
 # trace records for it. One case each (their inputs differ), one operator for --compare.
 OTHER_LAYOUT = {
-    "getitem": ("slice", "select", "index", "unsqueeze", "alias"),
+    "getitem": ("slice", "select", "unsqueeze", "alias"),  # (aten::index is getitem already: operator_of)
     "setitem": ("index_put_", "index_put", "copy_", "fill_", "masked_fill_", "slice_scatter", "select_scatter"),
     "tensor": ("lift_fresh", "lift_fresh_copy", "scalar_tensor"),
     # x.float() is aten::to(x, torch.float32)
@@ -98,7 +98,5 @@ def operator_of(name: str) -> str:
 
 def stands_for(operator: str) -> tuple[str, ...]:
     """The operators (:func:`operator_of`) a trace's ``operator`` may be the work of, its arguments
-    laid out otherwise (:data:`OTHER_LAYOUT`: ``slice`` -> ``getitem``; ``index`` -> ``getitem``)."""
-    if operator == "getitem":
-        return ()
-    return _STANDS_FOR.get(operator, ()) + (("getitem",) if operator == "index" else ())
+    laid out otherwise (:data:`OTHER_LAYOUT`: ``slice`` -> ``getitem``, ``to`` -> ``float`` ...)."""
+    return _STANDS_FOR.get(operator, ())
