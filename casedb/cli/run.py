@@ -29,7 +29,8 @@ def scan_cmd(
     report: bool = typer.Option(False, "--report", help="Coverage report: ops and unique cases per path, and the "
                                                         "ops each runtime choice alone brings."),
     compare: Optional[Path] = typer.Option(None, "--compare", help="Another tracer's ops for the same model (a v2 "
-                                           "or v1 YAML, or an op list): the ops each side lacks, and coverage %."),
+                                           "or v1 YAML, an op list, or a Kineto / Execution Trace JSON): the ops "
+                                           "each side lacks, and coverage %."),
     device: str = typer.Option("meta", "--device", help="meta (full size, no data) or cpu (depth-shrunk, real "
                                                         "seeded weights: for model code that reads values)."),
     shipped: bool = typer.Option(False, "--shipped", help="With --compare: compare the model's shipped manifests "

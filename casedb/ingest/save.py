@@ -16,7 +16,7 @@ from typing import Iterable
 import importers
 from casedb.cases import no_compute, valid_inputs
 from casedb.cases import spec as casespec
-from casedb.ingest import check
+from casedb.ingest import check, same_call
 from casedb.errors import InputError
 from casedb.names import model_key
 from casedb.store.database import ModelInfo, Occurrence, Store
@@ -31,6 +31,7 @@ class FileReport:
     occurrences: int = 0       # occurrences after merging identical unnamed calls
     new_cases: int = 0         # signatures not in the DB before (nor earlier in this import)
     duplicates: int = 0        # occurrences whose case was already known
+    linked: int = 0            # of those, calls known under another spelling (casedb.ingest.same_call)
     skipped: int = 0
     skipped_reasons: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # {where, case, problem}: invalid inputs (casedb.ingest.check)
@@ -282,6 +283,7 @@ def import_paths(store: Store, paths, *, format: str | None = None, model: str |
     replace: each imported model's cases become exactly the imported ones (see Store.save)."""
     models, occurrences, reports = prepare(paths, format=format, model=model, strict=strict, options=options,
                                            allow_outside=allow_outside, max_bytes=max_bytes)
+    same_call.link(store, occurrences, reports)
     known = store.existing_signatures(o.case.signature for o in occurrences.values())
     files = []
     for report, keys in reports:

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import sqlite_utils
 
-from casedb.cases import marks as marks_mod
+from casedb.cases import call_identity, marks as marks_mod
 from casedb.cases.layout import case_layout, inputs_summary
 from casedb.store import schema_check
 from casedb.cases.spec import Normalized
@@ -271,11 +271,11 @@ class Store:
             blobs.update(c.blobs)
             rows.append((c.signature, c.op, dumps_values(c.inputs), dumps_values(c.attrs), c.dtype, c.seed,
                          dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), case_layout(c.inputs, c.attrs),
-                         stamp))
+                         call_identity.of(c), stamp))
         self._insert_rows("INSERT OR IGNORE INTO blobs (sha256, data, size) VALUES ",
                           [(k, v, len(v)) for k, v in blobs.items()])
         return self._insert_rows("INSERT OR IGNORE INTO cases (signature, op, inputs, attrs, dtype, seed, marks, "
-                                 "shapes, layout, created_at) VALUES ", rows)
+                                 "shapes, layout, identity, created_at) VALUES ", rows)
 
     def _insert_rows(self, head: str, rows: list[tuple], tail: str = "") -> int:
         """``head (?, ...), (?, ...) tail``: the rows inserted a few hundred to a statement;

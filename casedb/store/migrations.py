@@ -345,3 +345,23 @@ def m190_run_software(db):
     # their versions and file hashes, torch's version, the environment steering torch and the
     # device): runs on one device name told apart.
     db["runs"].add_column("software", str)
+
+
+@migrations()
+def m202_opid44(db):
+    # A case's call identity (casedb.cases.call_identity): the same call written by a scan, a Kineto
+    # trace and an Execution Trace (F.linear, aten::linear) has one; an import links a call already
+    # stored to its case instead of adding a second. Signatures, names and shipped files unchanged.
+    import json
+
+    from casedb.cases.call_identity import identity
+
+    db["cases"].add_column("identity", str)
+    updates = []
+    for signature, op, inputs, attrs, seed in db.execute("SELECT signature, op, inputs, attrs, seed FROM cases").fetchall():
+        try:
+            updates.append((identity(op, json.loads(inputs or "[]"), json.loads(attrs or "{}"), seed), signature))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, StopIteration):
+            continue  # inputs casedb did not store: the case is its own call only (no identity)
+    db.conn.executemany("UPDATE cases SET identity = ? WHERE signature = ?", updates)
+    db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_identity ON cases (identity)")
