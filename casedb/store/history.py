@@ -11,11 +11,10 @@ import os
 import sqlite3
 
 from casedb.store.database import open_store
-from casedb.store.recorder import JUDGEMENT_COLUMNS, Recorder, insert_judgement, insert_result  # noqa: F401
+from casedb.store.recorder import Recorder, insert_judgement, insert_result  # noqa: F401
 from casedb.store.result_columns import RESULT_COLUMNS  # noqa: F401
 from casedb.store.run_lifecycle import start_run  # noqa: F401
 from casedb.store.run_rows import get_run, set_run, update_selection  # noqa: F401
-from casedb.store.run_scope import MUTANT_LABEL, NOT_MUTANT_RUN  # noqa: F401
 
 
 def connect(path: str | os.PathLike) -> sqlite3.Connection:
