@@ -152,7 +152,7 @@ def run_cmd(**options):
         spec = RunSpec(**options)
         if label is not None:
             from casedb.cli.runs import label_run
-            from casedb.store.history import check_label
+            from casedb.store.run_listing import check_label
 
             check_label(label)  # before the run: a bad label must not cost one
         summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)

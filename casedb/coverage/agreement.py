@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from casedb.errors import InputError
+from casedb.store.reads_run_results import result_errors, run_exists
 
 _NO_KERNEL = re.compile(r"Could not run '([\w:.]+)' with arguments from the '[^']*' backend")
 
@@ -22,11 +23,10 @@ def against_run(store, run_id: int, cases: list) -> dict:
     """Predicted (``enabled``) against run ``run_id``'s results of the same cases: agreement
     counts, and every case that disagrees (predicted blocked but ran, predicted runnable but
     failed for want of a kernel)."""
-    if store.db.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is None:
+    if not run_exists(store.db, run_id):
         raise InputError(f"--against {run_id}: no such run (casedb runs lists them)")
     found: dict = {}
-    for sig, outcome, message in store.db.execute(
-            "SELECT signature, outcome, error_message FROM results WHERE run_id = ?", [run_id]):
+    for sig, outcome, message in result_errors(store.db, run_id):
         found.setdefault(sig, (outcome, no_kernel(message)))
     compared, agree, disagree = 0, 0, []
     for c in cases:

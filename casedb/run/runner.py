@@ -6,7 +6,7 @@ and pytest-timeout for hangs. :func:`run` creates (or reopens, for ``--resume``)
 hands the :class:`~casedb.run.runspec.RunSpec` to that session as pytest options, shows progress
 and returns the run's summary. The parts live in their own modules: the plan
 (:mod:`casedb.run.plan`), the target and one case's execution (:mod:`casedb.run.target`), the history
-rows (:mod:`casedb.store.history`), merging shard databases (:mod:`casedb.store.merge`) and the terminal
+rows (:mod:`casedb.store.run_lifecycle`), merging shard databases (:mod:`casedb.store.merge`) and the terminal
 (:mod:`casedb.run.console`).
 """
 
@@ -29,7 +29,9 @@ from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.run.session import usable_cpus
 from casedb.run import software
 from casedb.run.target import TargetError, check_import
-from casedb.store import history
+from casedb.store.database import open_store
+from casedb.store.run_lifecycle import finish_run, pid_alive, reopen_run, start_run
+from casedb.store.run_rows import get_run
 from casedb.ingest.seed import open_seeded
 from casedb import triage
 
@@ -64,9 +66,9 @@ def _resume_spec(conn, run_id: int, given: RunSpec) -> RunSpec:
     """The spec to finish run ``run_id`` with: its stored selection, ``given``'s how, and the
     ``--import`` modules only as given again on this command line (a database can come from
     anywhere: casedb never imports a module because a database names it)."""
-    run_row = history.get_run(conn, run_id)
+    run_row = get_run(conn, run_id)
     sel = run_row["selection"]
-    if run_row["status"] == "running" and run_row["host"] == socket.gethostname() and history.pid_alive(sel.get("pid")):
+    if run_row["status"] == "running" and run_row["host"] == socket.gethostname() and pid_alive(sel.get("pid")):
         raise CasedbError(f"run {run_id} is still running (pid {sel.get('pid')}); "
                           "wait for it, or kill it first and resume then")
     saved = sel.get("options")
@@ -112,7 +114,7 @@ def _overridden(given: RunSpec, stored: RunSpec) -> list[str]:
 
 def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | None = None,
         progress: bool = True, console=None) -> dict:
-    """`casedb run`: record a run of the selected cases; returns its summary (see history.summarize).
+    """`casedb run`: record a run of the selected cases; returns its summary (see casedb.store.run_figures.summarize).
 
     ``resume``: finish run `resume` (its selection and target are reused; jobs, timeout and
     fail-fast come from ``spec``, and its ``--import`` modules must be given again) — every case
@@ -143,8 +145,8 @@ def _check_store(spec: RunSpec, db, resume: int | None) -> tuple[Path, int]:
 
 def _start(spec: RunSpec, db_path: Path, resume: int | None) -> tuple[RunSpec, int]:
     """(the checked spec, the run id): a new run, or run ``resume`` reopened."""
-    conn = history.connect(db_path)
-    try:
+    with open_store(db_path) as store:
+        conn = store.conn
         if resume is not None:
             spec = _resume_spec(conn, resume, spec)
         spec.validate()
@@ -152,21 +154,18 @@ def _start(spec: RunSpec, db_path: Path, resume: int | None) -> tuple[RunSpec, i
         spec.imports = [check_import(n) for n in spec.imports]
         spec.triage = triage.run_paths(spec.triage, shipped=spec.shipped_triage)
         if spec.triage:  # checked before anything runs: a typo'd key is exit 2, not a silent no-op
-            with open_seeded(db_path) as store:
-                triage.require_clean(spec.triage, store)
+            triage.require_clean(spec.triage, store)
         if resume is not None:
-            history.reopen_run(conn, resume)
+            reopen_run(conn, resume)
             return spec, resume
         # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest
         # run keeps the set it had)
         spec.all_models = spec.all_models or not spec.models
-        run_id = history.start_run(
+        run_id = start_run(
             conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},
             args=sys.argv[1:], device=spec.device, backend=spec.backend,
             software=software.describe(spec.imports, spec.device))
         return spec, run_id
-    finally:
-        conn.close()
 
 
 def _session(spec: RunSpec, db_path: Path, run_id: int, max_cases: int, ui: Progress,
@@ -191,15 +190,12 @@ def _session(spec: RunSpec, db_path: Path, run_id: int, max_cases: int, ui: Prog
 def _finish(db_path: Path, run_id: int, code: int, text: str) -> dict:
     """The run's summary; a run the session never closed is closed as interrupted; raises when
     the target was unusable or pytest could not run the session."""
-    conn = history.connect(db_path)
-    try:
-        run_row = history.get_run(conn, run_id)
+    with open_store(db_path) as store:
+        run_row = get_run(store.conn, run_id)
         if run_row["status"] == "running":  # the plugin never got to close it
-            history.finish_run(conn, run_id, "interrupted", error=f"pytest exit code {code}")
-            run_row = history.get_run(conn, run_id)
+            finish_run(store.conn, run_id, "interrupted", error=f"pytest exit code {code}")
+            run_row = get_run(store.conn, run_id)
         summary = run_row["summary"]
-    finally:
-        conn.close()
     summary["pytest_exit_code"] = code
     if summary.get("fatal"):
         raise TargetError(f"run {run_id}: {summary['fatal']}")

@@ -5,7 +5,7 @@
 imports the modules and checks the device and backend once per process; :func:`execute_item`
 runs one item with the execution core (:mod:`casedb.run.execute`) and judges it once per model
 occurrence, with that occurrence's tolerances, ``expects_error``, ``xfail_if`` and ``skip_if``.
-The payload it returns is what the recording process stores (:mod:`casedb.store.history`).
+The payload it returns is what the recording process stores (:mod:`casedb.store.recorder`).
 """
 
 from __future__ import annotations

@@ -152,13 +152,9 @@ class Worker:
         """The plan keys the resumed run already has a result for (empty for a new run)."""
         if self.cases.run_id is None:
             return set()
-        from casedb.store import history  # (see casedb.run.session)
+        from casedb.store.recorder import done_keys  # (see casedb.run.session)
 
-        conn = history.connect(self.cases.db_path)
-        try:
-            return history.done_keys(conn, self.cases.run_id, dedupe=self.cases.spec.dedupe, upto=self.cases.upto)
-        finally:
-            conn.close()
+        return done_keys(self.store().conn, self.cases.run_id, dedupe=self.cases.spec.dedupe, upto=self.cases.upto)
 
     def _triaged(self, item, it) -> bool:
         """Apply the triage files at collection: False when every occurrence is excluded; an

@@ -275,7 +275,7 @@ def m141_repro_run(db):
 def m152_run_ids_never_reused(db):
     # A deleted run's id is never given again (a report, a triage comment or a CI log that names
     # run 7 must not come to mean another run): the highest id deleted is kept here, by a trigger,
-    # and casedb.store.history gives a new run the id after both it and every id in runs.
+    # and casedb.store.run_rows gives a new run the id after both it and every id in runs.
     db.execute("CREATE TABLE run_id_high_water (id INTEGER NOT NULL)")
     db.execute("INSERT INTO run_id_high_water (id) SELECT ifnull(max(id), 0) FROM runs")
     db.execute("CREATE TRIGGER runs_deleted_high_water AFTER DELETE ON runs BEGIN "

@@ -1,5 +1,5 @@
 """The columns of ``results`` a run records, each with where the run's payload takes it from: the
-one list the store's insert (casedb.store.history) and the payload of an executed case
+one list the store's insert (casedb.store.recorder) and the payload of an executed case
 (casedb.run.target) derive their keys from. It imports nothing: the plugin's processes read it
 before they open a DB."""
 
