@@ -16,7 +16,6 @@ import socket
 import sqlite3
 import sys
 import uuid
-from typing import Any
 
 from casedb import __version__, causes, outcomes
 from casedb.errors import InputError, NotFound
@@ -25,6 +24,7 @@ from casedb.store import latency, run_scope
 from casedb.store.database import connect as _connect_store
 from casedb.store.run_scope import MUTANT_LABEL, NOT_MUTANT_RUN  # noqa: F401 (their home was here)
 
+from casedb.store.records import Payload, ResultRow, RunSummary
 from casedb.store.result_columns import RESULT_COLUMNS  # the columns of `results`, listed once there
 
 JUDGEMENT_COLUMNS = ("run_id", "result_id", "model_case_id", "model", "signature", "outcome", "reason", "rtol",
@@ -100,7 +100,7 @@ def reopen_run(conn: sqlite3.Connection, run_id: int) -> None:
 
 
 def finish_run(conn: sqlite3.Connection, run_id: int, status: str, *, error: str | None = None,
-               fatal: str | None = None, session: dict | None = None) -> dict:
+               fatal: str | None = None, session: dict | None = None) -> RunSummary:
     """Close a run: status, end time and its summary. ``error``: why it is not complete;
     ``fatal``: the target could not be used at all; ``session``: figures of the last session."""
     conn.execute("UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", [now(), status, run_id])
@@ -115,7 +115,7 @@ def finish_run(conn: sqlite3.Connection, run_id: int, status: str, *, error: str
     return summary
 
 
-def refresh_summary(conn: sqlite3.Connection, run_id: int) -> dict:
+def refresh_summary(conn: sqlite3.Connection, run_id: int) -> RunSummary:
     summary = summarize(conn, run_id)
     conn.execute("UPDATE runs SET summary = ? WHERE id = ?", [dumps(summary), run_id])
     return summary
@@ -181,7 +181,7 @@ class Recorder:
         self.run_id = run_id
         self.device_known = get_run(conn, run_id)["device"] is not None
 
-    def record(self, item, payload: dict, *, duration: float | None = None,
+    def record(self, item, payload: Payload, *, duration: float | None = None,
                worker: str | None = None, test_id: str | None = None) -> bool:
         """Store a payload (casedb.run.target.execute_item's, or a lost_payload) in one transaction;
         False when this run already has the item (exactly once). An occurrence deleted since the
@@ -203,13 +203,13 @@ class Recorder:
             f"SELECT id FROM model_cases WHERE id IN ({', '.join('?' * len(ids))})", ids)} if ids else set()
         return set(ids) - found
 
-    def _record(self, item, payload: dict, mcid, duration, worker, test_id) -> bool:
+    def _record(self, item, payload: Payload, mcid, duration, worker, test_id) -> bool:
         stamp = now()
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             result_id = None
-            res = payload.get("result")
+            res: ResultRow | None = payload.get("result")
             if res is not None:
                 row = {"run_id": self.run_id, "signature": item.signature, "model_case_id": mcid,
                        **{k: res.get(k) for k in RESULT_COLUMNS}, "metrics": dumps_measured(res.get("metrics")),
@@ -240,13 +240,13 @@ class Recorder:
 
 # ------------------------------------------------------------------------------------- figures
 
-def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
+def summarize(conn: sqlite3.Connection, run_id: int) -> RunSummary:
     """A run's figures, from its rows (so a resumed or merged run sums every part)."""
     run = get_run(conn, run_id)
     sel = run["selection"]
-    out: dict[str, Any] = {"run_id": run_id, "status": run["status"], "device": run["device"],
-                           "backend": run["backend"], "started_at": run["started_at"],
-                           "finished_at": run["finished_at"]}
+    out: RunSummary = {"run_id": run_id, "status": run["status"], "device": run["device"],
+                       "backend": run["backend"], "started_at": run["started_at"],
+                       "finished_at": run["finished_at"]}
     out.update(run_counts(conn, run_id))
     out["judge"] = (sel.get("options") or {}).get("judge")
     out["values"] = (sel.get("options") or {}).get("values") or "random"
