@@ -34,6 +34,7 @@ class CaseRecord(_CaseRequired, total=False):
     where: str                   # path:LINE (or the trace's event)
     count: Union[int, float]     # calls of this exact case in the source (default 1; a case's own count wins)
     their_key: tuple             # a v2 config's: the dedupe key of its own runner (importers.model_ops_v2)
+    paths: list                  # a scan's: the scan paths (settings) that recorded it (casedb.scan)
 
 
 class _SkippedRequired(TypedDict):
