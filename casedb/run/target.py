@@ -4,9 +4,8 @@
 ``--import`` modules), derived from the :class:`~casedb.run.runspec.RunSpec`. :func:`prepare_target`
 imports the modules and checks the device and backend once per process; :func:`execute_item`
 runs one item with the execution core (:mod:`casedb.run.execute`) and judges it once per model
-occurrence (:func:`casedb.run.decide.final_verdict`: its tolerances, ``expects_error`` and
-``xfail_if``, then the run's triage files), after its ``skip_if``. The :class:`~casedb.store.records.Payload`
-it returns is what the recording process stores (:mod:`casedb.store.history`).
+occurrence, with that occurrence's tolerances, ``expects_error``, ``xfail_if`` and ``skip_if``.
+The payload it returns is what the recording process stores (:mod:`casedb.store.history`).
 """
 
 from __future__ import annotations
@@ -244,10 +243,10 @@ _NOT_METRICS = ("outcome", "reason", "triage", "triage_where")  # Verdict fields
 
 
 def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> Payload:
-    """Run one plan item on a prepared target and judge it for each occurrence, with the
-    tolerances casedb.judge.numerics gives it (``rules``: tolerance rules) and read under the run's
-    triage files (``triage``: a casedb.triage.entries.Triage); returns the payload the recording process
-    stores (JSON-safe): outcome, reason, result row, judgements."""
+    """Run one plan item on a prepared target and decide each occurrence's final verdict once
+    (casedb.run.decide.final_verdict), with the tolerances casedb.judge.numerics gives it (``rules``:
+    tolerance rules) and read under the run's triage files (``triage``: a casedb.triage.entries.Triage);
+    returns the payload the recording process stores (JSON-safe): outcome, reason, result row, judgements."""
     # (both import torch: only the processes that run cases pay for it)
     from casedb.cases import value_ranges
     from casedb.run import execute

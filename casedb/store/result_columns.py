@@ -1,8 +1,7 @@
-"""The columns of ``results`` a run records, each with its type and where the run's payload takes it
-from: :class:`ResultColumns` is the one list. The store's insert (casedb.store.history), the
-payload of an executed case (casedb.run.target) and the typed records that cross between them
-(casedb.store.records) derive their keys from it. It imports only ``typing``: the plugin's
-processes read it before they open a DB."""
+"""The columns of ``results`` a run records, each with where the run's payload takes it from: the
+one list the store's insert (casedb.store.history) and the payload of an executed case
+(casedb.run.target) derive their keys from. It imports only typing: the plugin's processes read it
+before they open a DB."""
 
 from typing import Annotated, Optional, TypedDict
 
@@ -10,9 +9,11 @@ VERDICT = "verdict"  # the judge's Verdict field of the same name (casedb.judge.
 RUN = "run"          # set by casedb.run.target: the worst occurrence's outcome, the execution's figures, the values
 
 
-class ResultColumns(TypedDict):
-    """One ``results`` row as a run fills it (besides the recorder's own: run, case, timing,
-    ``metrics``): each column's type, annotated with where it comes from (VERDICT or RUN)."""
+class ResultColumns(TypedDict, total=False):
+    """The one list: one ``results`` row as a run fills it (besides the recorder's own columns:
+    run, case, timing, ``metrics``), each column's type annotated with where it comes from (VERDICT
+    or RUN). RESULT_COLUMNS and the typed records between run and store (casedb.store.records)
+    derive from it; it imports only ``typing``."""
 
     outcome: Annotated[str, RUN]
     reason: Annotated[str, RUN]
