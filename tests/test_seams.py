@@ -51,6 +51,19 @@ def test_a_judgement_is_a_judgements_row():
     assert keys(records.Judgement) - {"name"} == set(history.JUDGEMENT_COLUMNS) - own
 
 
+def test_a_triage_reading_has_the_keys_of_its_type(tmp_path):
+    from casedb.triage.entries import Reading
+
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\ncases:\n  - {op: torch.add, status: known_failure}\n"
+                    "  - {op: torch.mul, status: exclude}\n")
+    loaded = triage.load([path])
+    on = {"device": "cpu", "backend": "eager", "arch": None}
+    for op, outcome in (("torch.add", "failed"), ("torch.add", "passed"), ("torch.mul", None), ("torch.sub", "failed")):
+        case = {"model": "m", "name": "n", "op": op, "signature": "ab" * 32, "dtype": "float32", "marks": []}
+        assert set(triage.verdict(loaded.entry_for(case, on), outcome)) == keys(Reading), op
+
+
 def test_a_run_summary_has_the_keys_of_its_type(tmp_path):
     with Store(tmp_path / "c.db"):
         pass

@@ -68,8 +68,9 @@ class Cases:
         self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
         self.spec = spec_from_config(config)
         # the files loaded that no option named (the summary says so; casedb run says its own)
-        self.triage_implicit: list = ([] if config.option.casedb_run_id is not None else
-                                      implicit_paths(config.option.casedb_triage, cwd=Path(config.invocation_params.dir)))
+        cwd = Path(config.invocation_params.dir)
+        self.triage_implicit: list = ([] if config.option.casedb_run_id is not None
+                                      else implicit_paths(config.option.casedb_triage, cwd=cwd))
         self.smoke = not self.spec.models and not self.spec.all_models and not narrowed(self.spec)
         self.run_id = config.option.casedb_run_id
         self.backend_runs = parse_backend_runs(getattr(config.option, "casedb_backend_runs", None))
