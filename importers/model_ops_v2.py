@@ -25,6 +25,7 @@ from casedb.cases import bounds, dtypes
 from casedb.cases.marks import is_mark_name
 from casedb.errors import InputError
 from importers import unrunnable, yaml_manifest
+from importers.record import CaseRecord, ImportRecord, SkippedRecord
 from importers.v2_inputs import (ARG_KINDS, INIT_ARG_KEYS, INITS, TENSOR_KEYS, THEIR_CONFIG_DIR, _arg, _kwarg,  # noqa: F401
                                  _Opaque, tensor)
 
@@ -89,7 +90,7 @@ class _File:
         return obj
 
 
-def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
+def parse(path, *, max_bytes: int | None = None) -> Iterator[ImportRecord]:
     path = Path(path)
     doc = yaml_manifest.load(path, max_bytes)
     f = _File(path)
@@ -108,7 +109,7 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
             yield from _test(f, test, judge)
 
 
-def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[dict]:
+def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[ImportRecord]:
     tags = [str(t) for t in f.seq(test.get("tags"), "tags", test)]
     models = [t[len("model__"):] for t in tags if t.startswith("model__")]
     if len(models) > MAX_MODEL_TAGS:
@@ -141,7 +142,7 @@ def _edits(f: _File, test: dict) -> tuple[dict, dict]:
             f.mapping(edits.get("dtypes"), ("include", "exclude"), "edits.dtypes", test))
 
 
-def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dict]:
+def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[CaseRecord | SkippedRecord]:
     where = f.where(item)
     op = item.get("name")
     if not isinstance(op, str) or not op.strip():

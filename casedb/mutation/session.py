@@ -29,10 +29,8 @@ def run_backends(spec: RunSpec, backends: list[str], *, db, progress: bool = Tru
     """Run ``spec``'s selection on each of ``backends`` in one pytest session, without triage;
     returns {backend: its run's summary} (see casedb.store.run_figures.summarize)."""
     db_path, max_cases = runner._check_store(spec, db, None)
-    spec = replace(spec, triage=[], shipped_triage=False, backend=backends[0])
-    spec.validate()
-    spec.imports = [check_import(n) for n in spec.imports]
-    spec.all_models = spec.all_models or not spec.models
+    spec = replace(spec, triage=[], shipped_triage=False, backend=backends[0]).validate()
+    spec = replace(spec, imports=[check_import(n) for n in spec.imports], all_models=spec.all_models or not spec.models)
     runs = _start_runs(spec, backends, db_path)
     extra = ("--casedb-backend-runs", ",".join(f"{b}={r}" for b, r in runs.items()))
     # one restart per case a worker could take down, on every backend

@@ -23,6 +23,7 @@ from casedb.run.plan import param_id
 from casedb.run.runspec import SELECTION_VERSION
 from casedb.run.session import Cases, db_lock, listing_only, xdist_controller
 from casedb.run.target import entries_timeout, lost_payload, resolve_arch, resolve_device, triage_entries
+from casedb.store.records import Payload
 from casedb import triage as triage_mod
 
 _TAIL = 4000  # characters of a dead worker's log kept for its crashed result
@@ -206,7 +207,7 @@ class Controller:
                                            "arch": resolve_arch(device, spec.arch)})
         return self._triage_where
 
-    def _lost_payload(self, it, outcome: str, reason: str, detail: str | None = None) -> dict:
+    def _lost_payload(self, it, outcome: str, reason: str, detail: str | None = None) -> Payload:
         triage, where = self._triage()
         return lost_payload(it, outcome, reason, detail, triage=triage, where=where)
 
@@ -218,7 +219,7 @@ class Controller:
         t = getattr(self.config.option, "timeout", None)
         return (float(t), f"--timeout {float(t):g} s") if t else (None, "")
 
-    def _lost(self, it, report, worker):
+    def _lost(self, it, report, worker) -> Payload:
         """A report without casedb's payload: a crash, a timeout, or an error outside the core."""
         text = _longrepr(report)
         limit, limit_text = self._timeout(it)
@@ -315,7 +316,7 @@ class Controller:
             terminalreporter.line(f"casedb: stopped: {self.fatal}", red=True)
 
 
-def _payload(report) -> dict | None:
+def _payload(report) -> Payload | None:
     for key, value in getattr(report, "user_properties", ()) or ():
         if key == "casedb":
             return json.loads(value)

@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from casedb.run.session import usable_cpus
 from casedb.run import software
 from casedb.run.target import TargetError, check_import
 from casedb.store.database import open_store
+from casedb.store.records import RunSummary
 from casedb.store.run_lifecycle import finish_run, pid_alive, reopen_run, start_run
 from casedb.store.run_rows import get_run
 from casedb.ingest.seed import open_seeded
@@ -87,11 +89,9 @@ def _resume_spec(conn, run_id: int, given: RunSpec) -> RunSpec:
         raise CasedbError(f"run {run_id} was recorded with --import {', '.join(missing)}; casedb never imports a "
                           f"module because a database names it (the file may come from elsewhere): review it and "
                           f"give it again to resume: casedb run --resume {run_id} {again}")
-    spec.imports = given_imports
     # triage files too come from this command line (or its defaults), never from paths the
     # database names: a file from elsewhere could point casedb at any file
-    spec.triage = list(given.triage or [])
-    return spec
+    return replace(spec, imports=given_imports, triage=list(given.triage or []))
 
 
 def _overridden(given: RunSpec, stored: RunSpec) -> list[str]:
@@ -113,7 +113,7 @@ def _overridden(given: RunSpec, stored: RunSpec) -> list[str]:
 
 
 def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | None = None,
-        progress: bool = True, console=None) -> dict:
+        progress: bool = True, console=None) -> RunSummary:
     """`casedb run`: record a run of the selected cases; returns its summary (see casedb.store.run_figures.summarize).
 
     ``resume``: finish run `resume` (its selection and target are reused; jobs, timeout and
@@ -150,17 +150,16 @@ def _start(spec: RunSpec, db_path: Path, resume: int | None) -> tuple[RunSpec, i
         if resume is not None:
             spec = _resume_spec(conn, resume, spec)
         spec.validate()
-        # files are kept by absolute path, so --resume works from anywhere
-        spec.imports = [check_import(n) for n in spec.imports]
-        spec.triage = triage.run_paths(spec.triage, shipped=spec.shipped_triage)
+        # files are kept by absolute path, so --resume works from anywhere; casedb run without
+        # --model runs every model (pytest: a smoke set; a resumed pytest run keeps the set it had)
+        spec = replace(spec, imports=[check_import(n) for n in spec.imports],
+                       triage=triage.run_paths(spec.triage, shipped=spec.shipped_triage),
+                       all_models=spec.all_models or (resume is None and not spec.models))
         if spec.triage:  # checked before anything runs: a typo'd key is exit 2, not a silent no-op
             triage.require_clean(spec.triage, store)
         if resume is not None:
             reopen_run(conn, resume)
             return spec, resume
-        # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest
-        # run keeps the set it had)
-        spec.all_models = spec.all_models or not spec.models
         run_id = start_run(
             conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},
             args=sys.argv[1:], device=spec.device, backend=spec.backend,
@@ -187,7 +186,7 @@ def _session(spec: RunSpec, db_path: Path, run_id: int, max_cases: int, ui: Prog
         return int(code), log.read_text(encoding="utf-8", errors="replace")
 
 
-def _finish(db_path: Path, run_id: int, code: int, text: str) -> dict:
+def _finish(db_path: Path, run_id: int, code: int, text: str) -> RunSummary:
     """The run's summary; a run the session never closed is closed as interrupted; raises when
     the target was unusable or pytest could not run the session."""
     with open_store(db_path) as store:

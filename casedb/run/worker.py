@@ -17,8 +17,8 @@ from casedb.names import model_mark
 from casedb.run.plan import in_shard, op_matches
 from casedb.run.runspec import parse_shard
 from casedb.run.session import ARG, BACKEND_SEP, Cases, item_param
-from casedb.run.target import (Target, TargetError, entries_timeout, prepare_target, triage_entries,
-                               triage_target)
+from casedb.run.decide import triage_target
+from casedb.run.target import Target, TargetError, entries_timeout, prepare_target, triage_entries
 from casedb import triage as triage_mod
 
 

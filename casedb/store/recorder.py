@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from casedb.serial import dumps_measured, now
+from casedb.store.records import Payload, ResultRow
 from casedb.store.result_columns import RESULT_COLUMNS  # the columns of `results`, listed once there
 from casedb.store.run_rows import get_run
 
@@ -60,7 +61,7 @@ class Recorder:
         self.run_id = run_id
         self.device_known = get_run(conn, run_id)["device"] is not None
 
-    def record(self, item, payload: dict, *, duration: float | None = None,
+    def record(self, item, payload: Payload, *, duration: float | None = None,
                worker: str | None = None, test_id: str | None = None) -> bool:
         """Store a payload (casedb.run.target.execute_item's, or a lost_payload) in one transaction;
         False when this run already has the item (exactly once). An occurrence deleted since the
@@ -82,13 +83,13 @@ class Recorder:
             f"SELECT id FROM model_cases WHERE id IN ({', '.join('?' * len(ids))})", ids)} if ids else set()
         return set(ids) - found
 
-    def _record(self, item, payload: dict, mcid, duration, worker, test_id) -> bool:
+    def _record(self, item, payload: Payload, mcid, duration, worker, test_id) -> bool:
         stamp = now()
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             result_id = None
-            res = payload.get("result")
+            res: ResultRow | None = payload.get("result")
             if res is not None:
                 row = {"run_id": self.run_id, "signature": item.signature, "model_case_id": mcid,
                        **{k: res.get(k) for k in RESULT_COLUMNS}, "metrics": dumps_measured(res.get("metrics")),

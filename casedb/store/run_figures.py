@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import sqlite3
-from typing import Any
 
 from casedb import causes, outcomes
 from casedb.store import latency, run_scope
+from casedb.store.records import RunSummary
 from casedb.store.run_rows import get_run
 
 
-def summarize(conn: sqlite3.Connection, run_id: int) -> dict:
+def summarize(conn: sqlite3.Connection, run_id: int) -> RunSummary:
     """A run's figures, from its rows (so a resumed or merged run sums every part)."""
     run = get_run(conn, run_id)
     sel = run["selection"]
-    out: dict[str, Any] = {"run_id": run_id, "status": run["status"], "device": run["device"],
-                           "backend": run["backend"], "started_at": run["started_at"],
-                           "finished_at": run["finished_at"]}
+    out: RunSummary = {"run_id": run_id, "status": run["status"], "device": run["device"],
+                       "backend": run["backend"], "started_at": run["started_at"],
+                       "finished_at": run["finished_at"]}
     out.update(run_counts(conn, run_id))
     out["judge"] = (sel.get("options") or {}).get("judge")
     out["values"] = (sel.get("options") or {}).get("values") or "random"

@@ -12,6 +12,7 @@ import uuid
 
 from casedb import __version__
 from casedb.serial import dumps, now
+from casedb.store.records import RunSummary
 from casedb.store.run_figures import summarize
 from casedb.store.run_rows import NEXT_RUN_ID, get_run, update_selection
 
@@ -47,7 +48,7 @@ def reopen_run(conn: sqlite3.Connection, run_id: int) -> None:
 
 
 def finish_run(conn: sqlite3.Connection, run_id: int, status: str, *, error: str | None = None,
-               fatal: str | None = None, session: dict | None = None) -> dict:
+               fatal: str | None = None, session: dict | None = None) -> RunSummary:
     """Close a run: status, end time and its summary. ``error``: why it is not complete;
     ``fatal``: the target could not be used at all; ``session``: figures of the last session."""
     conn.execute("UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", [now(), status, run_id])
@@ -62,7 +63,7 @@ def finish_run(conn: sqlite3.Connection, run_id: int, status: str, *, error: str
     return summary
 
 
-def refresh_summary(conn: sqlite3.Connection, run_id: int) -> dict:
+def refresh_summary(conn: sqlite3.Connection, run_id: int) -> RunSummary:
     summary = summarize(conn, run_id)
     conn.execute("UPDATE runs SET summary = ? WHERE id = ?", [dumps(summary), run_id])
     return summary
