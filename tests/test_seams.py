@@ -19,7 +19,7 @@ from casedb.run.execute import run_case
 from casedb.run.plan import Occurrence
 from casedb.run.runspec import RunSpec
 from casedb.run.target import Target, _judgement
-from casedb.store import history, records, result_columns
+from casedb.store import records, recorder, result_columns
 from casedb.store.database import Store
 from importers.record import CaseRecord, ImportRecord, ModelRecord, SkippedRecord
 from tests.helpers import DATA, rows
@@ -48,7 +48,7 @@ def test_a_judgement_is_a_judgements_row():
     occ = Occurrence(model_case_id=1, model="m", name="n")
     assert set(_judgement(occ, "passed", "")) == keys(records.Judgement)
     own = {"run_id", "result_id", "signature", "created_at"}  # the recorder's; "name" is the report's
-    assert keys(records.Judgement) - {"name"} == set(history.JUDGEMENT_COLUMNS) - own
+    assert keys(records.Judgement) - {"name"} == set(recorder.JUDGEMENT_COLUMNS) - own
 
 
 def test_a_triage_reading_has_the_keys_of_its_type(tmp_path):
