@@ -17,7 +17,7 @@ from casedb.cases.materialize import (MaterializeError, case_seed, materialize, 
                                       widen_dtype_keyword)
 
 SIG = "9f2c" + "ab" * 30
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def T(shape, dtype="float32", init=None, **kw):
@@ -59,7 +59,7 @@ def test_same_case_same_bytes_and_pinned_values():
 def test_values_do_not_depend_on_cpu_kernels():
     # torch's float32 normal kernel differs between AVX2/AVX512 and the default (ARM, s390x ...) build;
     # casedb's generation must not.
-    code = ("from tests.test_materialize import GOLDEN, digest; from casedb.cases.materialize import materialize;"
+    code = ("from tests.cases.test_materialize import GOLDEN, digest; from casedb.cases.materialize import materialize;"
             "print(digest(materialize(GOLDEN, 'cpu')[0]))")
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

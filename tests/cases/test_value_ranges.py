@@ -154,7 +154,7 @@ def test_where_the_cpu_reference_has_nan_inf_wrong_the_float64_reference_decides
     from casedb.judge.verdict import judge
     from casedb.mutation import mutants  # noqa: F401  (registers the backends)
     from casedb.run.execute import run_case
-    from tests.test_execute import load_custom_ops
+    from tests.run.test_execute import load_custom_ops
 
     ops = load_custom_ops()
     gelu = _case("torch.nn.functional.gelu", {"tensor": {"shape": [4, 64]}}, dtype="bfloat16")

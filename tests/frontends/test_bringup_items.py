@@ -16,8 +16,8 @@ import importers.yaml_manifest  # noqa: F401 (as in test_plugin: imported before
 
 pytest_plugins = ("pytester",)
 
-ROOT = Path(__file__).parents[1]
-DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parents[2]
+DATA = Path(__file__).parents[1] / "data"
 
 CASES = """\
 model: items

@@ -14,7 +14,7 @@ import yaml
 
 from casedb import triage
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 BACKEND = "casedb_test_bringup"
 MODULE = """\
 import sys

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import casedb.run.execute  # noqa: F401
 import casedb.run.runner  # noqa: F401
 import casedb.store.database  # noqa: F401
-import importers.yaml_manifest  # noqa: F401 (see tests/test_plugin.py: imported before pytester snapshots)
+import importers.yaml_manifest  # noqa: F401 (see tests/frontends/test_plugin.py: imported before pytester snapshots)
 
 torch._dynamo.list_backends(exclude_tags=())
 pytest_plugins = ("pytester",)

@@ -15,7 +15,7 @@ from casedb.judge.numerics import Policy
 from casedb.store.database import Store
 from tests.helpers import rows, sha256_of
 
-DIALECT = Path(__file__).parent / "data" / "rfc_dialect"
+DIALECT = Path(__file__).parents[1] / "data" / "rfc_dialect"
 INVALID = {
     "torch.scatter_.1": ("rfc-dialect.yaml:142", "inputs[2] (int64 randint in [0, 1000)) must lie in [0, 32): it "
                          "indexes dim 1 (size 32) of inputs[0]; give it init_args {low: 0, high: 32}"),
@@ -81,7 +81,7 @@ def test_check_lists_invalid_cases_of_any_db(cli, db_path):
 
 
 def test_shipped_manifests_have_no_invalid_cases(cli, db_path):
-    manifests = sorted((Path(__file__).parent.parent / "manifests").glob("*.yaml"))
+    manifests = sorted((Path(__file__).parents[2] / "manifests").glob("*.yaml"))
     assert manifests
     report = cli.json("import", *manifests)
     assert [f["warnings"] for f in report["files"]] == [[]] * len(manifests)

@@ -16,8 +16,8 @@ from casedb.read import spyre_calls
 from tests import spyre_loader
 from tests.conftest import rows, sha256_of
 
-CLIENT = Path(__file__).parent / "data" / "client"
-MANIFESTS = Path(__file__).parent.parent / "manifests"
+CLIENT = Path(__file__).parents[1] / "data" / "client"
+MANIFESTS = Path(__file__).parents[2] / "manifests"
 
 
 # ----------------------------------------------------------------------------------- item 1

@@ -16,7 +16,7 @@ from casedb.store.database import Store
 from importers import model_ops_v2
 from tests.helpers import rows, sha256_of
 
-V2 = Path(__file__).parent / "data" / "v2"
+V2 = Path(__file__).parents[1] / "data" / "v2"
 TOY = V2 / "toy-v2.yaml"
 
 

@@ -11,7 +11,7 @@ from casedb.judge import numerics
 from casedb.judge.verdict import judge
 from casedb.run.execute import run_case
 from tests.helpers import rows
-from tests.test_numerics import perturbed
+from tests.judge.test_numerics import perturbed
 
 SIG = "ef" * 32
 

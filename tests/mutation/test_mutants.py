@@ -71,7 +71,7 @@ EXPECTED = {  # mutant -> the cases whose result it changes
     # mean has 64 elements or more (log_nan: 32 finite; emb: exact, unchanged); sum_rows (8 elements):
     # more exact than the CPU's float32 sum, within precision at its terms' magnitude
     "truncation": {"add_bcast", "transposed", "big"},
-    "softmax_overflow": set(),   # no softmax here (tests/test_value_ranges.py has one)
+    "softmax_overflow": set(),   # no softmax here (tests/cases/test_value_ranges.py has one)
 }
 
 USER_MUTANTS = '''\

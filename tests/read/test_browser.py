@@ -14,7 +14,7 @@ from tests import runs_data
 
 CHROMIUM = os.environ.get("CASEDB_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CASEDB_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
     pytest.skip(f"needs Debian's chromium ({CHROMIUM}) and chromium-driver ({CHROMEDRIVER}): "

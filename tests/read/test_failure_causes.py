@@ -8,7 +8,7 @@ import pytest
 
 from casedb import causes
 
-DATA = Path(__file__).parent / "data" / "causes"
+DATA = Path(__file__).parents[1] / "data" / "causes"
 ZEROS = ("--backend", "casedb_mutant_zeros", "--import", "casedb.mutation.mutants", "--no-shipped-triage")
 
 
@@ -60,7 +60,7 @@ def test_run_summary_names_the_causes_and_points_at_the_report(cli):
 
 def test_datasette_groups_by_the_same_cause(cli, zeros_run, db_path, tmp_path):
     from tests import runs_data
-    from tests.test_serve import canned
+    from tests.read.test_serve import canned
 
     with runs_data.Server(db_path, tmp_path / "serve.log") as server:
         rows = canned(server, "failures_by_cause")

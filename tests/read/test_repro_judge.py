@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "data" / "repro"
+DATA = Path(__file__).parents[1] / "data" / "repro"
 
 MANIFEST = """\
 model: ulp

@@ -207,7 +207,7 @@ def test_chart_queries_answer(served):
     status, html = served.get("/-/dashboards/casedb")
     assert status == 200
     assert 'id="chart-pass-rate-over-runs"' in html and 'id="chart-failures-by-op"' in html
-    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[1] / "casedb" / "read" / "datasette_metadata.yaml"))[
+    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[2] / "casedb" / "read" / "datasette_metadata.yaml"))[
         "plugins"]["datasette-dashboards"]["casedb"]["charts"]
 
     def chart(name, **params):
@@ -232,7 +232,7 @@ def test_pass_rate_chart_has_a_series_per_target_and_leaves_mutant_runs_out(tmp_
     runs_data.record_run(db, runs_data.RUN2, backend="eager")
     mutant = runs_data.record_run(db, runs_data.RUN1, backend="casedb_mutant_zeros")
     assert cli("runs", "label", mutant, "mutant:zeros").exit_code == 0
-    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[1] / "casedb" / "read" / "datasette_metadata.yaml"))[
+    charts = yaml.safe_load(open(runs_data.Path(__file__).parents[2] / "casedb" / "read" / "datasette_metadata.yaml"))[
         "plugins"]["datasette-dashboards"]["casedb"]
     sql = re.sub(r"\[\[.*?\]\]", "", charts["charts"]["pass-rate-over-runs"]["query"])
     with runs_data.Server(db, tmp_path / "serve.log") as server:

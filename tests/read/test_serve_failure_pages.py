@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests import runs_data
-from tests.test_serve import canned, judgement_id, repro_command, signature
+from tests.read.test_serve import canned, judgement_id, repro_command, signature
 
 SILU_CAUSE = "failed"
 
@@ -90,7 +90,7 @@ def test_a_link_is_built_from_checked_parts_only(served):
 
 
 def dashboard_charts() -> dict:
-    meta = yaml.safe_load(open(runs_data.Path(__file__).parents[1] / "casedb" / "read" / "datasette_metadata.yaml"))
+    meta = yaml.safe_load(open(runs_data.Path(__file__).parents[2] / "casedb" / "read" / "datasette_metadata.yaml"))
     return meta["plugins"]["datasette-dashboards"]["casedb"]
 
 

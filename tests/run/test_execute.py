@@ -17,7 +17,7 @@ from casedb.judge.verdict import judge
 from casedb.run.backend import check_backend
 from casedb.run.execute import run_case
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 SIG = "5eed" + "cd" * 30
 
 

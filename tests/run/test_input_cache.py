@@ -16,7 +16,7 @@ from casedb.judge.compare import compare
 from casedb.run import inputcache, refcache
 from casedb.run.execute import run_case
 from casedb.run.refcache import ReferenceCache
-from tests.test_refcache import change_environment
+from tests.run.test_refcache import change_environment
 
 SIG = "ef" * 32
 

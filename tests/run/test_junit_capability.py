@@ -16,11 +16,11 @@ import importers.model_ops_v2  # noqa: F401
 import importers.yaml_manifest  # noqa: F401 (its PyYAML classes must not be re-imported by a pytester session)
 from casedb.run import junit
 
-# Imported before a pytester session snapshots sys.modules (see tests/test_plugin.py).
+# Imported before a pytester session snapshots sys.modules (see tests/frontends/test_plugin.py).
 torch._dynamo.list_backends(exclude_tags=())
 pytest_plugins = ("pytester",)
 
-TOY = Path(__file__).parent / "data" / "v2" / "toy-v2.yaml"
+TOY = Path(__file__).parents[1] / "data" / "v2" / "toy-v2.yaml"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from casedb.read import latency
 from tests import runs_data
 
-SLOW = Path(__file__).parent / "data" / "perf" / "slow_backends.py"
+SLOW = Path(__file__).parents[1] / "data" / "perf" / "slow_backends.py"
 MANIFEST = """
 model: perf
 default: {dtype: fp32}

@@ -13,7 +13,7 @@ from pathlib import Path
 from casedb.run.runspec import RunSpec, spec_fields
 from casedb.run.target import Target
 
-ROOT = Path(__file__).resolve().parent.parent / "casedb"
+ROOT = Path(__file__).resolve().parents[2] / "casedb"
 # the run path, judging, the plugin and the command line (other packages keep their own check)
 OWNED = [*sorted((ROOT / "run").glob("*.py")), ROOT / "judge" / "verdict.py", ROOT / "judge" / "execution.py",
          ROOT / "pytest_plugin.py", *sorted((ROOT / "cli").glob("*.py")), ROOT / "cases" / "marks.py"]

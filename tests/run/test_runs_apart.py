@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import runs_data
-from tests.test_runner import RA, RB, write
+from tests.run.test_runner import RA, RB, write
 
 CPU = ("--device", "cpu", "--backend", "eager", "-j", "0")
 
@@ -69,7 +69,7 @@ def pytest_session(tmp_path: Path, db: Path, *args) -> subprocess.CompletedProce
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # its rootdir, and so its cache, here
     env = {**os.environ, "CASEDB_DB": str(db), "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("TEST_COMPILE_BACKEND", None)
-    data = Path(__file__).parent / "data" / "custom_ops.py"
+    data = Path(__file__).parents[1] / "data" / "custom_ops.py"
     return subprocess.run([sys.executable, "-m", "pytest", "test_ops.py", "-q", "-p", "no:randomly",
                            "--casedb-model", "ra", "--casedb-model", "rb", "--casedb-device", "cpu",
                            "--casedb-backend", "casedb_test_perturb", "--casedb-import", str(data),

@@ -22,7 +22,7 @@ from casedb.run.execute import run_case
 from casedb.cli import app
 from importers import scan_jsonl
 
-DATA = Path(__file__).parent / "data" / "scan"
+DATA = Path(__file__).parents[1] / "data" / "scan"
 SITE = Path(transformers.__file__).parent.parent
 
 
@@ -377,7 +377,7 @@ def test_tiny_scan_cases_pass_the_reference(recipes):
 
 # -------------------------------------------------------------------------- shipped manifests
 
-MANIFESTS = Path(__file__).parent.parent / "manifests"
+MANIFESTS = Path(__file__).parents[2] / "manifests"
 TARGETS = ("granite4h", "gpt-oss", "granite-vision", "granite-speech")
 SMALL = 1 << 18  # elements per tensor: what a CI sample can run in a blink
 

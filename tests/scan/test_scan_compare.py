@@ -12,7 +12,7 @@ import yaml
 
 from casedb.scan import compare, scanner as scan
 
-DATA = Path(__file__).parent / "data" / "scan"
+DATA = Path(__file__).parents[1] / "data" / "scan"
 V2 = """\
 test_suite_config:
   files:

@@ -13,7 +13,7 @@ from casedb.run.execute import run_case
 from casedb.scan import scanner as scan
 from casedb.scan.expert_parallel import one_rank
 
-DATA = Path(__file__).parent / "data" / "scan"
+DATA = Path(__file__).parents[1] / "data" / "scan"
 SENTINEL_OPS = {"torch.Tensor.ge", "torch.Tensor.clamp_", "torch.Tensor.masked_fill_"}
 
 

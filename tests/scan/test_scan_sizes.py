@@ -14,7 +14,7 @@ import torch
 from casedb.cases import size_rules, valid_inputs
 from casedb.scan import scanner as scan
 from casedb.scan.recording import Recorder, encode_call
-from tests.test_scan import DATA, T, reference_error, write_recipe
+from tests.scan.test_scan import DATA, T, reference_error, write_recipe
 
 SIZES = [{"shape": [], "dtype": "int64", "init": "data", "data": [v]} for v in (6, 4, 2, 3, 1)]
 
@@ -69,7 +69,7 @@ def test_a_call_whose_sizes_cannot_fit_is_dropped_with_a_warning(args, reason):
         for _ in range(2):  # one warning, one record counting both calls
             rec.add("torch.Tensor.view", args, out, encode_call("torch.Tensor.view", args, {}))
     [record] = rec.records()
-    assert record.pop("where").startswith("tests/test_scan_sizes.py:")
+    assert record.pop("where").startswith("tests/scan/test_scan_sizes.py:")
     assert record == {"type": "skipped", "op": "torch.Tensor.view", "reason": reason, "count": 2}
 
 

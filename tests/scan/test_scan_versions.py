@@ -17,7 +17,7 @@ from casedb.scan import cpu_device, scanner as scan, versions
 from casedb.scan.recipes import ScanPath
 from casedb.store.database import SHIPPED_MANIFESTS, Store
 
-DATA = Path(__file__).parent / "data" / "scan"
+DATA = Path(__file__).parents[1] / "data" / "scan"
 OPS = DATA / "versions-ops.txt"
 
 

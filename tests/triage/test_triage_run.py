@@ -12,7 +12,7 @@ from tests.helpers import rows, sha256_of
 
 pytest_plugins = ("pytester",)
 
-TRIAGE = Path(__file__).parent / "data" / "triage"
+TRIAGE = Path(__file__).parents[1] / "data" / "triage"
 TINY = """\
 model: tiny
 default: {dtype: fp32}
@@ -150,7 +150,7 @@ def test_an_unusable_target_with_triage_files_is_reported_by_the_cases(pytester,
 def test_the_main_job_applies_the_shipped_triage_of_its_target(cli, db_path):
     """A correct backend's first run ends green: the shipped triage (a torch.compile limitation
     on four granite4h cases) is loaded by default, and the run says so."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert cli("import", root / "manifests" / "granite4h.yaml").exit_code == 0
     run = ("run", "--model", "granite4h", "-k", "getitem_9ecf954a", "--device", "cpu", "--backend", "inductor",
            "-j", "0", "--no-progress")

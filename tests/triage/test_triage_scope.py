@@ -9,7 +9,7 @@ import pytest
 
 from casedb import triage
 from tests import runs_data
-from tests.test_triage_run import FAULTY, TINY  # (a backend that cannot lower mul, rsqrt off by one)
+from tests.triage.test_triage_run import FAULTY, TINY  # (a backend that cannot lower mul, rsqrt off by one)
 
 pytest_plugins = ("pytester",)
 RUN = ("run", "--model", "tiny", "--device", "cpu", "-j", "0", "--no-progress")
