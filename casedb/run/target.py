@@ -35,7 +35,7 @@ from casedb import triage as triage_mod
 @dataclass
 class Target:
     """Where and how the cases run (the same for every case of a run): the RunSpec fields flagged
-    ``target``, with their defaults (tests/test_run_layout.py keeps the two in step)."""
+    ``target``, with their defaults (tests/run/test_run_layout.py keeps the two in step)."""
 
     device: str | None = None
     backend: str = field(default_factory=default_backend)
