@@ -17,7 +17,7 @@ import sqlite_utils
 
 from casedb.scan import compare
 
-DATA = Path(__file__).parent / "data" / "frontends"
+DATA = Path(__file__).parents[1] / "data" / "frontends"
 SCAN, KINETO, ET = DATA / "block.scan.jsonl", DATA / "block.kineto.json", DATA / "block.et.json"
 # calls the module makes that every front end records with the same arguments
 SAME = {"linear", "mul", "matmul", "softmax", "transpose"}

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("casedb", "importers")
 STORE = ROOT / "casedb" / "store"
 SQL_CALLS = {"execute", "executemany", "executescript", "query"}

@@ -24,7 +24,7 @@ from casedb.store.database import Store
 from importers.record import CaseRecord, ImportRecord, ModelRecord, SkippedRecord
 from tests.helpers import DATA, rows
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ADD = {"signature": "cd" * 32, "op": "torch.add", "dtype": "float32", "seed": 0, "attrs": {},
        "inputs": [{"tensor": {"shape": [4, 8], "dtype": "float32", "init": "randn"}}] * 2}
 
