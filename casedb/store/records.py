@@ -52,7 +52,7 @@ class Payload(_PayloadBase, total=False):
 
 
 class RunSummary(TypedDict, total=False):
-    """A run's figures (casedb.store.history.summarize), with what closing it and the session
+    """A run's figures (casedb.store.run_figures.summarize), with what closing it and the session
     add; ``casedb run --json`` prints the keys casedb.run.console.JSON_KEYS names."""
 
     run_id: int

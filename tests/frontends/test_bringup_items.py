@@ -70,7 +70,7 @@ def test_run_and_report_count_alike(cli, project):
 def test_not_a_mutant_run_is_spelled_once():
     found = [str(p.relative_to(ROOT)) for p in (ROOT / "casedb").rglob("*") if p.suffix in (".py", ".yaml")
              and re.search(r"NOT GLOB '?mutant|GLOB 'mutant", p.read_text())]
-    assert found == []  # casedb.store.history.NOT_MUTANT_RUN builds it from MUTANT_LABEL
+    assert found == []  # casedb.store.run_scope.NOT_MUTANT_RUN builds it from MUTANT_LABEL
 
 
 def test_run_label_is_stored_like_runs_label(cli, project):

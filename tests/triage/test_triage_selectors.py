@@ -1,5 +1,5 @@
 """One selector engine (issue 25): tolerance rules and triage entries select and rank alike, and a
-run is looked up one way (casedb.store.history) by triage, the report and the history itself."""
+run is looked up one way (casedb.store.run_rows) by triage, the report and the history itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import sqlite_utils
 from casedb import triage
 from casedb.errors import NotFound
 from casedb.judge.numerics import Policy, Rule, Tolerance
-from casedb.store import history
+from casedb.store import run_lifecycle, run_rows
+from tests.helpers import store_conn
 from casedb.store.database import open_store
 
 
@@ -50,24 +51,24 @@ def test_a_rule_and_an_entry_with_the_same_selectors_rank_alike():
 def _db_with_runs(tmp_path, n: int):
     db = tmp_path / "c.db"
     open_store(db).close()
-    conn = history.connect(str(db))
-    ids = [history.start_run(conn, selection={}, args=[], device="cpu", backend="eager") for _ in range(n)]
+    conn = store_conn(str(db))
+    ids = [run_lifecycle.start_run(conn, selection={}, args=[], device="cpu", backend="eager") for _ in range(n)]
     conn.commit()
     conn.close()
     return db, ids
 
 
 @pytest.mark.parametrize("opener", [lambda p: sqlite3.connect(p), lambda p: sqlite_utils.Database(p),
-                                    lambda p: history.connect(p)], ids=["sqlite3", "sqlite-utils", "history"])
+                                    lambda p: store_conn(p)], ids=["sqlite3", "sqlite-utils", "history"])
 def test_a_run_is_looked_up_through_any_connection(tmp_path, opener):
     db, (first, second) = _db_with_runs(tmp_path, 2)
     conn = opener(str(db))
-    run = history.get_run(conn, second)
+    run = run_rows.get_run(conn, second)
     assert (run["id"], run["device"], run["backend"], run["status"], run["selection"]) == (
         second, "cpu", "eager", "running", {})
     assert triage.run_target(conn, first) == {"device": "cpu", "backend": "eager", "arch": None}
     with pytest.raises(NotFound, match=rf"^no run 99; recent runs: {second}, {first}$"):
-        history.get_run(conn, 99)
+        run_rows.get_run(conn, 99)
 
 
 def test_triage_update_and_the_report_name_a_missing_run_alike(cli, db_path, tmp_path):
@@ -75,8 +76,8 @@ def test_triage_update_and_the_report_name_a_missing_run_alike(cli, db_path, tmp
     res = cli("triage", "update", tmp_path / "t.yaml", "--from-run", "7")
     assert res.exit_code == 2
     assert "no run 7; no runs recorded yet" in res.output
-    conn = history.connect(str(db_path))
-    run = history.start_run(conn, selection={}, args=[], device="cpu", backend="eager")
+    conn = store_conn(str(db_path))
+    run = run_lifecycle.start_run(conn, selection={}, args=[], device="cpu", backend="eager")
     conn.commit()
     conn.close()
     for args in (("triage", "update", tmp_path / "t.yaml", "--from-run", "7"), ("report", "--run", "7")):
