@@ -19,6 +19,9 @@ def report_cmd(
         None, "--compare", help="Baseline run (default: the previous run on the same device and backend)."),
     error_factor: float = typer.Option(10.0, "--error-factor", help="List cases whose max abs error grew more than this."),
     trend: int = typer.Option(5, "--trend", help="Runs shown in the trend."),
+    latency_threshold: float = typer.Option(
+        10.0, "--latency-threshold", help="List cases whose latency changed by more than this many percent "
+        "(and beyond the measurement's noise)."),
     top: int = typer.Option(10, "--top", help="Slowest cases shown."),
     limit: int = typer.Option(20, "--limit", help="Rows per list in text and Markdown (--json has all)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
@@ -28,7 +31,7 @@ def report_cmd(
     from casedb.read import report
 
     data = from_store(lambda store: report.build(store.db, run, compare, error_factor=error_factor, trend=trend,
-                                                 top=top))
+                                                 top=top, latency_threshold=latency_threshold / 100))
     if as_json:
         emit_json(data)
     elif markdown:

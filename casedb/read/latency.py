@@ -192,11 +192,11 @@ def mann_whitney_p(xs: list[float], ys: list[float]) -> float | None:
 
 # ------------------------------------------------------------------------ in the report
 
-def section(db, run_id: int, compare: int | None) -> dict | None:
+def section(db, run_id: int, compare: int | None, threshold: float = DEFAULT_THRESHOLD) -> dict | None:
     """The report's ``latency`` object: the run's figures and, against ``compare``, what changed;
     None when neither run measured anything."""
     out = summary(db, run_id)
-    moved = changes(db, run_id, compare) if compare is not None else None
+    moved = changes(db, run_id, compare, threshold) if compare is not None else None
     if out is None and moved is None:
         return None
     out = out or {"measured": 0}

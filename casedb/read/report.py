@@ -43,15 +43,19 @@ def _check_run(db, run_id: int, what: str) -> None:
 
 
 def build(db, run: int | None = None, compare: int | None = None, *,
-          error_factor: float = DEFAULT_ERROR_FACTOR, trend: int = DEFAULT_TREND, top: int = 10) -> dict:
+          error_factor: float = DEFAULT_ERROR_FACTOR, trend: int = DEFAULT_TREND, top: int = 10,
+          latency_threshold: float = latency.DEFAULT_THRESHOLD) -> dict:
     """The report of run `run` (default: the latest) as plain data (what `--json` prints).
 
     `compare` is the baseline run; by default the previous run on the same device and backend
     (none for a first run). `error_factor`: list cases whose max abs error grew more than this.
     `trend`: how many runs of the same device/backend the trend shows. `top`: slowest cases.
+    `latency_threshold`: the relative latency change (0.10: 10 %) a case must exceed to be listed.
     """
     if error_factor <= 1:
         raise CasedbError(f"--error-factor must be greater than 1, not {error_factor}")
+    if not 0 < latency_threshold < 10:
+        raise CasedbError(f"--latency-threshold takes a percentage above 0 and below 1000, not {latency_threshold * 100:g}")
     run_id = latest_run_id(db) if run is None else run
     _check_run(db, run_id, "--run")
     summary = reads.run_summary(db, run_id)
@@ -63,7 +67,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
     report["error_factor"] = error_factor
     report["trend"] = reads.trend(db, summary["device"], summary["backend"], run_id, trend)
-    report["latency"] = latency.section(db, run_id, compare)
+    report["latency"] = latency.section(db, run_id, compare, latency_threshold)
     report["explanations"] = explanations.load(db, run_id)  # None: casedb explain never ran on it
     return report
 

@@ -378,7 +378,7 @@ def test_round_trip_of_shipped_models_keeps_every_signature(cli, db_path, tmp_pa
     """Two shipped models with every kind of input v2 cannot say (histc's expected errors, aranges
     with a start, 0-d randn, data tensors in a tensor list, their op spellings): every case the
     export writes comes back with its signature."""
-    manifests = Path(__file__).parent.parent / "manifests"
+    manifests = Path(__file__).parents[2] / "manifests"
     assert cli("import", manifests / "gemma4" / "gemma4-26b-a4b.yaml", manifests / "mistral3" / "ministral3-14b.yaml"
                ).exit_code == 0
     _, again, left_out = _export_and_back(cli, db_path, tmp_path, ["gemma4-26b-a4b", "ministral3-14b"])
