@@ -10,6 +10,26 @@ import torch
 
 
 _NATIVE_RAND = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+DRAW_CHUNK = 1 << 22  # float64 values drawn at a time (32 MiB): see _in_chunks
+
+
+def _in_chunks(shape, dtype, draw):
+    """``draw(size)`` (float64 values, the generator's next ones) cast to ``dtype``, as a tensor of
+    ``shape``; a large one is drawn DRAW_CHUNK values at a time, so that it never exists in float64
+    whole (a 1 G-element float32 input drawn at once took 12 GiB where it holds 4). The values are
+    those of one draw: torch's CPU kernels draw ``rand`` serially and ``randn`` in blocks of 16,
+    redrawing the last 16 when the count is not a multiple of 16, so every chunk but the last is a
+    multiple of 16 and the last holds more than 16 (tests/test_generators_memory.py checks it)."""
+    n = math.prod(shape)
+    if n <= DRAW_CHUNK + 16:
+        return draw(shape).to(dtype)
+    out = torch.empty(shape, dtype=dtype)
+    flat, start = out.view(-1), 0
+    while n - start > DRAW_CHUNK + 16:
+        flat[start:start + DRAW_CHUNK] = draw((DRAW_CHUNK,))
+        start += DRAW_CHUNK
+    flat[start:] = draw((n - start,))
+    return out
 
 
 def _component(dtype: torch.dtype) -> torch.dtype:
@@ -45,13 +65,17 @@ def _randn(shape, dtype, a, g):
         return torch.randint(0, 2, shape, generator=g, dtype=torch.bool)
     if _is_int(dtype):
         return _ints(shape, dtype, 0, 10, g)
-    t = torch.randn(shape, generator=g, dtype=torch.complex128 if dtype.is_complex else torch.float64)
     std, mean = a.get("std", 1), a.get("mean", 0)
-    if std != 1:
-        t.mul_(std)
-    if mean != 0:
-        t.add_(mean)
-    return t.to(dtype)
+
+    def draw(size):
+        t = torch.randn(size, generator=g, dtype=torch.complex128 if dtype.is_complex else torch.float64)
+        if std != 1:
+            t.mul_(std)
+        if mean != 0:
+            t.add_(mean)
+        return t
+
+    return draw(shape).to(dtype) if dtype.is_complex else _in_chunks(shape, dtype, draw)
 
 
 def _uniform(shape, dtype, a, g):
@@ -61,14 +85,18 @@ def _uniform(shape, dtype, a, g):
     if _is_int(dtype):
         lo = math.floor(low)
         return _ints(shape, dtype, lo, max(math.ceil(high), lo + 1), g)
-    t = torch.rand(shape + ((2,) if dtype.is_complex else ()), generator=g, dtype=torch.float64)
-    if high - low != 1:
-        t.mul_(high - low)
-    if low != 0:
-        t.add_(low)
+
+    def draw(size):
+        t = torch.rand(size, generator=g, dtype=torch.float64)
+        if high - low != 1:
+            t.mul_(high - low)
+        if low != 0:
+            t.add_(low)
+        return t
+
     if dtype.is_complex:
-        t = torch.view_as_complex(t)
-    return t.to(dtype)
+        return torch.view_as_complex(draw(shape + (2,))).to(dtype)
+    return _in_chunks(shape, dtype, draw)
 
 
 def _randint(shape, dtype, a, g):
@@ -110,8 +138,11 @@ def _xavier(shape, dtype, a, g):
     fan_out)), drawn from the case's generator in float64."""
     field = math.prod(shape[2:])
     bound = math.sqrt(6.0 / (shape[1] * field + shape[0] * field))
-    t = torch.rand(shape, generator=g, dtype=torch.float64).mul_(2 * bound).sub_(bound)
-    return t.to(dtype)
+
+    def draw(size):
+        return torch.rand(size, generator=g, dtype=torch.float64).mul_(2 * bound).sub_(bound)
+
+    return _in_chunks(shape, dtype, draw)
 
 
 def _cumsum_offsets(shape, dtype, a, g):

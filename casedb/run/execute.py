@@ -349,6 +349,12 @@ def _run_target(ex: Execution, s: _Setup, dev: torch.device, backend, check_dete
         return
     if not (compiled or check_determinism):
         return
+    if not check_determinism and _result_bytes(ex.target) > SECOND_CALL_MAX_BYTES:
+        # its output would be a third copy beside the reference's and the first call's: the
+        # granite4h broadcast mul of 4 GiB took the main job to 12.4 GiB for a timing
+        ex.notes["second_call"] = (f"skipped: the output takes {_result_bytes(ex.target) / 2**20:.0f} MiB, "
+                                   f"over {SECOND_CALL_MAX_BYTES / 2**20:.0f} MiB (t_exec not measured)")
+        return
     if s.writes:
         try:
             args, kwargs = args_for_call()
@@ -356,6 +362,14 @@ def _run_target(ex: Execution, s: _Setup, dev: torch.device, backend, check_dete
             ex.target_error = ErrorInfo.from_exception(e, "materialize")
             return
     _second_target_call(ex, fn, (args, kwargs), dev, s.keys, compiled, check_determinism and not s.meta)
+
+
+SECOND_CALL_MAX_BYTES = 2**30  # a compiled target's output larger than this is not made a second time
+
+
+def _result_bytes(x) -> int:
+    """The bytes of the tensors a kept result holds."""
+    return sum(t.numel() * t.element_size() for t in result_leaves(x) if isinstance(t, torch.Tensor))
 
 
 def _first_target_call(ex: Execution, fn, probe: Probe | None, inputs: tuple, dev: torch.device, keys: list,

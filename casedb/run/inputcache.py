@@ -52,6 +52,11 @@ def qualifies(prepared) -> bool:
     return sum(leaf.base.numel() for leaf in prepared.leaves if _drawn(leaf)) >= MIN_NUMEL
 
 
+def drawn_bytes(prepared) -> int:
+    """The bytes of the drawn bases of ``prepared``: about what its file takes."""
+    return sum(leaf.base.untyped_storage().nbytes() for leaf in prepared.leaves if _drawn(leaf) and _plain(leaf.base))
+
+
 def _plain(t) -> bool:
     import torch
 
