@@ -18,21 +18,26 @@ def no_kernel(message: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def against_run(store, run_id: int, cases: list) -> dict:
+def against_run(conn, run_id: int, cases: list) -> dict:
     """Predicted (``enabled``) against run ``run_id``'s results of the same cases: agreement
     counts, and every case that disagrees (predicted blocked but ran, predicted runnable but
     failed for want of a kernel)."""
-    if store.db.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is None:
+    from casedb.store import coverage as stored
+
+    if not stored.run_exists(conn, run_id):
         raise InputError(f"--against {run_id}: no such run (casedb runs lists them)")
-    found: dict = {}
-    for sig, outcome, message in store.db.execute(
-            "SELECT signature, outcome, error_message FROM results WHERE run_id = ?", [run_id]):
-        found.setdefault(sig, (outcome, no_kernel(message)))
+    return compare(run_id, stored.run_errors(conn, run_id), cases)
+
+
+def compare(run_id: int, results: dict, cases: list) -> dict:
+    """The agreement of ``cases`` (predicted) with ``results`` (signature -> (outcome, error
+    message)) of run ``run_id``: see :func:`against_run`."""
     compared, agree, disagree = 0, 0, []
     for c in cases:
-        if c["enabled"] is None or c["signature"] not in found:
+        if c["enabled"] is None or c["signature"] not in results:
             continue
-        outcome, kernel = found[c["signature"]]
+        outcome, message = results[c["signature"]]
+        kernel = no_kernel(message)
         compared += 1
         if (kernel is None) == c["enabled"]:
             agree += 1
