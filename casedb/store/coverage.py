@@ -52,6 +52,18 @@ def newest(conn: sqlite3.Connection, device: str | None, backend: str | None) ->
                         [device, backend]).fetchone()[0]
 
 
+def _json(text, kind: type):
+    """A stored JSON value of type ``kind`` (list: of strings), else an empty one: a file edited by
+    hand reads as "nothing known", never as an error in the middle of a report."""
+    try:
+        value = loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return kind()
+    if not isinstance(value, kind):
+        return kind()
+    return [str(v) for v in value] if kind is list else value
+
+
 def _dicts(cur) -> list[dict]:
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row)) for row in cur.fetchall()]
@@ -66,11 +78,12 @@ def load(conn: sqlite3.Connection, coverage_id: int, *, cases: bool = True) -> d
         return None
     h = head[0]
     out = {k: h[k] for k in _HEAD}
-    out.update(fallback=bool(h["fallback"]), selection=loads(h["selection"]) or {}, software=loads(h["software"]))
+    out.update(fallback=bool(h["fallback"]), selection=_json(h["selection"], dict),
+               software=_json(h["software"], dict))
     out["totals"] = {"model": "all", **{k: h[k] for k in FIGURES}}
     out["models"] = _dicts(conn.execute(f"SELECT model, {', '.join(FIGURES)} FROM coverage_models"
                                         " WHERE coverage_id = ? ORDER BY model", [coverage_id]))
-    out["missing"] = [dict(m, models=loads(m["models"]) or [], ops=loads(m["ops"]) or []) for m in _dicts(
+    out["missing"] = [dict(m, models=_json(m["models"], list), ops=_json(m["ops"], list)) for m in _dicts(
         conn.execute("SELECT kernel, cases, unblocks, models, ops FROM coverage_missing WHERE coverage_id = ?"
                      " ORDER BY rank", [coverage_id]))]
     if cases:
@@ -80,8 +93,8 @@ def load(conn: sqlite3.Connection, coverage_id: int, *, cases: bool = True) -> d
 
 
 def _case(c: dict) -> dict:
-    return {**c, "models": loads(c["models"]) or [], "enabled": None if c["enabled"] is None else bool(c["enabled"]),
-            "missing": loads(c["missing"]) or [], "aten_ops": loads(c["aten_ops"]) or []}
+    return {**c, "models": _json(c["models"], list), "enabled": None if c["enabled"] is None else bool(c["enabled"]),
+            "missing": _json(c["missing"], list), "aten_ops": _json(c["aten_ops"], list)}
 
 
 def run_exists(conn: sqlite3.Connection, run_id: int) -> bool:

@@ -85,3 +85,31 @@ def test_stored_coverage_in_datasette(measured, tmp_path):
         assert canned(server, "blocked_cases", kernel="aten::eq") == []
         [view] = server.json("/casedb/target_coverage.json?_shape=array")
         assert (view["device"], view["model"], view["enabled_cases"], view["traced"]) == ("testdev", "devsmall", 5, 6)
+
+
+def test_a_stored_coverage_edited_by_hand_reads_as_nothing_known(tmp_path):
+    """Lists of a stored coverage that are not JSON lists (a file edited by hand) read as empty: the
+    report still comes, nothing in them is taken for a kernel or a model."""
+    import json
+
+    db = tmp_path / "cases.db"
+    cli = runs_data.make_cli(db)
+    runs_data.import_manifests(cli, tmp_path)
+    runs_data.record_run(db, runs_data.RUN1, backend="eager")
+    done = cli("coverage", "--device", "cpu", "--json")
+    assert done.exit_code == 0, done.output
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE coverage_cases SET enabled = 0, missing = '{not json', models = '[1, {\"a\": 2}]'")
+        con.execute("INSERT INTO coverage_missing (coverage_id, rank, kernel, cases, unblocks, models, ops)"
+                    " VALUES (1, 1, 'aten::x', 3, 1, '\"a string\"', NULL)")
+        con.execute("UPDATE coverages SET selection = '[]', software = 'nope'")
+    con.close()
+    done = cli("report", "--json")
+    assert done.exit_code == 0, done.output
+    got = json.loads(done.output)["coverage"]
+    assert got["missing"] == [{"kernel": "aten::x", "cases": 3, "unblocks": 1, "models": [], "ops": []}]
+    assert got["selection"] == {} and got["against_run"]["compared"] == 5
+    assert all(d["predicted_missing"] == [] for d in got["against_run"]["disagree"])
+    text = cli("report")
+    assert text.exit_code == 0 and "aten::x\t3\t1\t\t" in text.output
