@@ -25,6 +25,7 @@ import re
 from typing import Iterator
 
 from importers.op_schema import bind, parse_schema, python_scalars
+from importers.record import ImportRecord
 from importers.trace_values import TraceFormatError, head_bytes, load_json, paused_gc, tensor_input
 
 
@@ -234,7 +235,7 @@ def _same_calls(path: str, nodes: list, schema_of: list, kept: list[int]) -> lis
     return [tuple(g) for g in groups.values()]
 
 
-def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options) -> Iterator[dict]:
+def parse(path, *, level: str = "top", max_bytes: int | None = None, **_options) -> Iterator[ImportRecord]:
     """Yield casedb records for the operator calls in an Execution Trace (see module docstring).
 
     Identical calls are aggregated into one record with a ``count``; ``where`` is the first call,

@@ -43,6 +43,7 @@ from typing import Any, Iterator, Union
 import msgspec
 
 from importers.op_schema import bind, bind_positional, python_scalars, resolve_overload, torch_schemas
+from importers.record import ImportRecord
 from importers.kineto_args import consumer_dtypes, kineto_args, list_dtype as _list_dtype
 from importers.trace_values import TraceFormatError, head_bytes, load_typed, paused_gc, raw_value
 
@@ -347,7 +348,7 @@ def _columns(path: str, a) -> tuple:
 
 
 def parse(path, *, level: str = "top", max_bytes: int | None = None, dtype: str | None = None,
-          **_options) -> Iterator[dict]:
+          **_options) -> Iterator[ImportRecord]:
     """Yield casedb records for the operator calls in a Kineto trace (see module docstring).
 
     level: "top" keeps the outermost operator of each nest, "leaf" the innermost ones.

@@ -15,6 +15,8 @@ carries ``their_key``, the key their runner dedupes by, for :class:`TheirDedupe`
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,6 +25,7 @@ from casedb.cases import bounds, dtypes
 from casedb.cases.marks import is_mark_name
 from casedb.errors import InputError
 from importers import unrunnable, yaml_manifest
+from importers.record import CaseRecord, ImportRecord, SkippedRecord
 from importers.v2_inputs import (ARG_KINDS, INIT_ARG_KEYS, INITS, TENSOR_KEYS, THEIR_CONFIG_DIR, _arg, _kwarg,  # noqa: F401
                                  _Opaque, tensor)
 
@@ -35,7 +38,11 @@ EDIT_KEYS = ("ops", "dtypes", "modules", "functions")
 # an item-level ``kwargs`` (beside sample_inputs_func, not in it) is read by their loader and by their
 # runner not at all (their item model drops unknown keys; only sample_inputs_func.kwargs reach the op):
 # accepted and, as there, not used
-OP_KEYS = ("name", "sample_inputs_func", "description", "tags", "kwargs")
+# ``casedb``: what casedb's export writes beside an item for casedb's own re-import (their item model
+# drops unknown keys, so their runner never sees it): RECORD_KEYS, README.md here
+RECORD_KEY = "casedb"
+OP_KEYS = ("name", "sample_inputs_func", "description", "tags", "kwargs", RECORD_KEY)
+RECORD_KEYS = ("expects_error", "op", "inputs", "attrs", "seed", "check")
 MODES = ("mandatory_success", "xfail", "xfail_strict", "skip")
 # tensor spec defaults of their loader (what repr() of a parsed spec prints for an omitted key)
 TENSOR_DEFAULTS = {"device": "privateuse1", "init": "rand", "stride": None, "storage_offset": 0,
@@ -83,7 +90,7 @@ class _File:
         return obj
 
 
-def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
+def parse(path, *, max_bytes: int | None = None) -> Iterator[ImportRecord]:
     path = Path(path)
     doc = yaml_manifest.load(path, max_bytes)
     f = _File(path)
@@ -102,7 +109,7 @@ def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
             yield from _test(f, test, judge)
 
 
-def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[dict]:
+def _test(f: _File, test: dict, judge: "_Judgement") -> Iterator[ImportRecord]:
     tags = [str(t) for t in f.seq(test.get("tags"), "tags", test)]
     models = [t[len("model__"):] for t in tags if t.startswith("model__")]
     if len(models) > MAX_MODEL_TAGS:
@@ -135,7 +142,7 @@ def _edits(f: _File, test: dict) -> tuple[dict, dict]:
             f.mapping(edits.get("dtypes"), ("include", "exclude"), "edits.dtypes", test))
 
 
-def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dict]:
+def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[CaseRecord | SkippedRecord]:
     where = f.where(item)
     op = item.get("name")
     if not isinstance(op, str) or not op.strip():
@@ -152,9 +159,9 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
     kwargs = sample.get("kwargs") or {}
     if not isinstance(kwargs, dict):
         raise InputError(f"sample_inputs_func.kwargs must be a mapping, not {str(kwargs)[:60]!r}", where=where)
+    record = _record(f, item, op, sample)
     try:
-        inputs = [_arg(a, f"args[{i}]") for i, a in enumerate(args)]
-        attrs = {str(k): _kwarg(v, f"kwargs.{k}") for k, v in kwargs.items()}
+        call = _read_call(op, args, kwargs, record)
     except _Opaque as e:
         yield {"type": "skipped", "where": where, "op": op, "reason": str(e)}
         return
@@ -164,8 +171,7 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
                          case=numbered_tag(op, item.get("tags"))) from None
     tags = [str(t) for t in f.seq(item.get("tags"), "tags", item)]
     name = numbered_tag(op, tags)
-    case = {"name": name, "op": op, "inputs": inputs, "attrs": attrs,
-            "marks": [t for t in tags if t != name and is_mark_name(t)]}
+    case = {"name": name, **call, "marks": [t for t in tags if t != name and is_mark_name(t)]}
     # a tag that is no mark name is listed, never kept in the description: free text an export
     # would have to read back as tags could name a case's marks or its name
     for t in tags:
@@ -176,8 +182,52 @@ def _case(f: _File, item: dict, model: str, rules: "_TestRules") -> Iterator[dic
         case["description"] = str(item["description"])
     variant = variant_dtype(args)
     case.update(rules.judgement(op, variant))
+    if record.get("expects_error") is not None:
+        # the item's mode stood for its expected error (casedb.read.export_v2): the error, not an xfail
+        case["expects_error"] = record["expects_error"]
+        for k in ("xfail_if", "xfail_reason", "xfail_strict"):
+            case.pop(k, None)
     yield {"type": "case", "model": model, "case": case, "where": where,
            "their_key": (op, repr(_their_args(args)), repr(dict(kwargs)), variant)}
+
+
+def _read_call(op: str, args: list, kwargs: dict, record: dict) -> dict:
+    """The case's op, inputs and attrs: the item's call as casedb reads it, or its record's."""
+    if "op" in record:
+        out = {"op": str(record["op"]), "inputs": record["inputs"], "attrs": record.get("attrs") or {}}
+        return {**out, "seed": record["seed"]} if record.get("seed") is not None else out
+    return {"op": op, "inputs": [_arg(a, f"args[{i}]") for i, a in enumerate(args)],
+            "attrs": {str(k): _kwarg(v, f"kwargs.{k}") for k, v in kwargs.items()}}
+
+
+def _record(f: _File, item: dict, op: str, sample: dict) -> dict:
+    """An item's casedb record, checked: a call in casedb's form is taken only while the item's own
+    call is the one casedb exported with it (its check), so an edit never runs one call here and
+    another in their runner."""
+    record = f.mapping(item.get(RECORD_KEY), RECORD_KEYS, RECORD_KEY, item)
+    where = f.where(record, item)
+    call = {"op", "inputs", "attrs", "seed", "check"} & set(record)
+    if not call:
+        return record
+    if not {"op", "inputs", "check"} <= call:
+        raise InputError(f"{RECORD_KEY}: a call needs op, inputs and check (casedb export writes them)", where=where)
+    if record["check"] != record_check(op, sample):
+        raise InputError(f"{RECORD_KEY}: the item's name or sample_inputs_func changed after casedb exported it "
+                         f"(check {record['check']!r} no longer matches): delete the item's {RECORD_KEY}: key to "
+                         "import the call as written, or export it again", where=where)
+    unrunnable.refuse_unsafe(str(record["op"]), where)
+    f.seq(record["inputs"], f"{RECORD_KEY}.inputs", record)
+    if not isinstance(record.get("attrs") or {}, dict):
+        raise InputError(f"{RECORD_KEY}.attrs must be a mapping", where=where)
+    return record
+
+
+def record_check(op: str, sample) -> str:
+    """The check of an item's call (its name and sample_inputs_func as written): 16 hex digits
+    of the sha256 of their canonical JSON."""
+    text = json.dumps({"name": op, "sample_inputs_func": sample}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def numbered_tag(op: str, tags) -> str | None:

@@ -30,6 +30,7 @@ import zlib
 from typing import Any, Iterable, Iterator, TextIO
 
 from casedb.files import read_bytes
+from importers.record import ImportRecord
 from .trace_values import TraceFormatError, contiguous, value_input
 
 __all__ = ["parse", "write", "sniff", "DTYPE_CODES"]
@@ -218,7 +219,7 @@ def _form(v) -> dict:
 
 
 def parse(path, *, symbols: dict[str, int] | None = None, max_bytes: int | None = None,
-          **_options) -> Iterator[dict]:
+          **_options) -> Iterator[ImportRecord]:
     """Yield casedb records for an operator_inp_logs file (one per ``cnt`` line).
 
     symbols: values for symbolic sizes (``{"s0": 128}``) of dynamic-shape logs.
@@ -265,7 +266,7 @@ def parse(path, *, symbols: dict[str, int] | None = None, max_bytes: int | None 
     yield from seen.values()
 
 
-def _read_call(reader: _Reader, op: str, text: str, cnt: int, path: str, lineno: int, fix: str) -> dict:
+def _read_call(reader: _Reader, op: str, text: str, cnt: int, path: str, lineno: int, fix: str) -> ImportRecord:
     """One ``cnt`` line -> a case or skipped record (TraceFormatError if unreadable)."""
     where = f"{path}:{lineno}"
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from casedb import files
+from importers.record import ImportRecord
 
 FORMAT_VERSION = 1
 HEADER_KEYS = ("model", "level", "phase")
@@ -39,7 +40,7 @@ def _json(line: str, path: Path, number: int):
         raise ValueError(f"{path}:{number}: {e}") from None
 
 
-def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
+def parse(path, *, max_bytes: int | None = None) -> Iterator[ImportRecord]:
     path = Path(path)
     with io.TextIOWrapper(files.open_capped(path, max_bytes), encoding="utf-8") as f:
         first = f.readline()

@@ -10,6 +10,7 @@ a dunder walk) refuses the file, as a malformed record does (casedb.cases.ops.re
 from __future__ import annotations
 
 from casedb.errors import InputError
+from importers.record import SkippedRecord
 
 
 def verdict(op) -> tuple[str, str] | None:
@@ -26,7 +27,7 @@ def verdict(op) -> tuple[str, str] | None:
         return None
 
 
-def skipped(op, where: str) -> dict | None:
+def skipped(op, where: str) -> SkippedRecord | None:
     """The skipped record of a call casedb cannot run as a case, None for any other op."""
     found = verdict(op)
     if found is None or found[0] != "not an op":

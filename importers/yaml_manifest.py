@@ -29,6 +29,7 @@ from casedb.cases.input_specs import MAX_RANK, MAX_TENSOR_LIST
 from casedb.errors import InputError
 from casedb.names import did_you_mean, model_key
 from importers import unrunnable
+from importers.record import ImportRecord
 
 try:
     from yaml.cyaml import CParser
@@ -335,7 +336,7 @@ def variant_name(model: str, path: Path) -> tuple[str, str | None]:
     return model, None
 
 
-def parse(path, *, max_bytes: int | None = None) -> Iterator[dict]:
+def parse(path, *, max_bytes: int | None = None) -> Iterator[ImportRecord]:
     path = Path(path)
     doc = load(path, max_bytes)
     if not isinstance(doc, dict):

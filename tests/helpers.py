@@ -47,3 +47,15 @@ def import_manifests(cli, folder: Path, manifests: dict[str, str], *args) -> lis
     assert result.exit_code == 0, result.output
     return paths
 
+
+
+def store_conn(path) -> sqlite3.Connection:
+    """A connection with rows by name to the DB at ``path`` (the one opener's ``Store.conn``,
+    migrations applied), owned and closed by the caller."""
+    from casedb.store.database import open_store
+
+    store = open_store(path)
+    conn = store.conn
+    store._conn = None  # the caller closes it, not the store
+    store.close()
+    return conn

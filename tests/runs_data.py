@@ -1,7 +1,7 @@
 """A small DB with two recorded runs, for the report, serve and browser tests.
 
 Cases come in through `casedb import` (a YAML manifest); runs, results and judgements are
-recorded through casedb.store.history, as the runner records them, so these tests do not need
+recorded through casedb.store (run_lifecycle, recorder), as the runner records them, so these tests do not need
 the runner.
 """
 
@@ -100,29 +100,30 @@ def occurrences(db_path: Path) -> dict:
 
 def record_run(db_path: Path, outcomes: dict, *, device: str = CPU[0], backend: str = CPU[1],
                started_at: str = "2025-01-01T00:00:00+00:00", timings: dict | None = None) -> int:
-    """Record one run through casedb.store.history, as the runner does: one results row per
+    """Record one run through casedb.store.recorder, as the runner does: one results row per
     distinct case executed, one judgements row per model occurrence. A case shared by models is
     executed once; its results row takes the first occurrence's error. Returns the run id."""
-    from casedb.store import history
+    from casedb.store import recorder, run_lifecycle, run_rows
+    from tests.helpers import store_conn
 
     occ = occurrences(db_path)
-    conn = history.connect(db_path)
+    conn = store_conn(db_path)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        run_id = history.start_run(conn, selection={}, args=[], device=device, backend=backend)
-        history.set_run(conn, run_id, started_at=started_at, torch_version="2.13.0", casedb_version="0.1.0",
+        run_id = run_lifecycle.start_run(conn, selection={}, args=[], device=device, backend=backend)
+        run_rows.set_run(conn, run_id, started_at=started_at, torch_version="2.13.0", casedb_version="0.1.0",
                         host="test")
         result_ids = {}
         for (model, name), (outcome, err) in outcomes.items():
             mc_id, sig, rtol, atol = occ[(model, name)]
             if sig not in result_ids:
-                result_ids[sig] = history.insert_result(conn, _result(run_id, sig, mc_id, outcome, err, started_at,
+                result_ids[sig] = recorder.insert_result(conn, _result(run_id, sig, mc_id, outcome, err, started_at,
                                                                       (timings or {}).get(name)))
-            history.insert_judgement(conn, {
+            recorder.insert_judgement(conn, {
                 "run_id": run_id, "result_id": result_ids[sig], "model_case_id": mc_id, "model": model,
                 "signature": sig, "outcome": outcome, "reason": None if outcome == "passed" else f"{outcome} at {err}",
                 "rtol": rtol, "atol": atol, "created_at": started_at})
-        history.set_run(conn, run_id, status="finished", finished_at=started_at)
+        run_rows.set_run(conn, run_id, status="finished", finished_at=started_at)
         conn.execute("COMMIT")
         return run_id
     finally:

@@ -5,7 +5,8 @@ oot_test_config_models.py, oot_test_parsing.py, oot_test_utilities.py and tests/
 upstream as of commit 8abe959d, 2026-08-18):
 
 - collection: the tests of the file whose ``names`` hold ``TestSpyreModelOps::test_model_ops_db``
-  (each with its ``mode``: a ``skip`` test is collected and not run);
+  (each with its ``mode``, as their test base's ``_should_run`` reads it: ``skip`` is not run,
+  ``xfail`` runs and may pass, ``xfail_strict`` runs and must fail);
   every ``edits.ops.include`` item whose ``name`` is in their op table is a test, any other is
   dropped with a warning (``dropped``); unknown keys are ignored everywhere but in a tensor spec;
 - the dtype a test is filed under: its first positional tensor's (first list element's), else
@@ -74,7 +75,7 @@ class Test:
     rtol: float
     atol: float
     item: dict
-    mode: str = "mandatory_success"  # their test mode: skip is not run, xfail may fail
+    mode: str = "mandatory_success"  # their test mode: skip is not run, xfail may fail, xfail_strict must fail
 
 
 @dataclass

@@ -49,6 +49,7 @@ class Normalized:
     expects_error: dict | None
     xfail: dict | None
     blobs: dict[str, bytes] = field(default_factory=dict)
+    identity: str | None = None     # the call it is (casedb.cases.call_identity), filled when first asked
 
 
 def line_of(obj) -> int | None:

@@ -83,6 +83,10 @@ def import_cmd(
     tables.emit([vars(f) for f in report.files], ("path", "format", "model", "records", "new_cases", "duplicates",
                                                   "skipped"),
                 console=console, headers={"path": "file", "new_cases": "new cases"}, title=title)
+    linked = sum(f.linked for f in report.files)
+    if linked:
+        console.print(f"{linked} call(s) already cases under another spelling (a scan's F.linear, a trace's "
+                      "aten::linear) joined those cases", highlight=False)
     if report.retired or report.removed:
         console.print(f"--replace: {report.removed} case(s) no longer imported were removed; {report.retired} that "
                       "runs have judged were retired (kept for history, no longer listed or run)", highlight=False)

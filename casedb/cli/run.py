@@ -29,7 +29,8 @@ def scan_cmd(
     report: bool = typer.Option(False, "--report", help="Coverage report: ops and unique cases per path, and the "
                                                         "ops each runtime choice alone brings."),
     compare: Optional[Path] = typer.Option(None, "--compare", help="Another tracer's ops for the same model (a v2 "
-                                           "or v1 YAML, or an op list): the ops each side lacks, and coverage %."),
+                                           "or v1 YAML, an op list, or a Kineto / Execution Trace JSON): the ops "
+                                           "each side lacks, and coverage %."),
     device: str = typer.Option("meta", "--device", help="meta (full size, no data) or cpu (depth-shrunk, real "
                                                         "seeded weights: for model code that reads values)."),
     shipped: bool = typer.Option(False, "--shipped", help="With --compare: compare the model's shipped manifests "
@@ -151,7 +152,7 @@ def run_cmd(**options):
         spec = RunSpec(**options)
         if label is not None:
             from casedb.cli.runs import label_run
-            from casedb.store.history import check_label
+            from casedb.store.run_listing import check_label
 
             check_label(label)  # before the run: a bad label must not cost one
         summary = runner.run(spec, db=state.db, resume=resume, progress=not (no_progress or as_json), console=err_console)

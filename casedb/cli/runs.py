@@ -1,8 +1,7 @@
-"""`casedb runs`: list, label and delete recorded runs (casedb.store.history)."""
+"""`casedb runs`: list, label and delete recorded runs (casedb.store.run_listing)."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import List, Optional
 
 import typer
@@ -14,19 +13,6 @@ from casedb.console import clean
 
 runs_app = typer.Typer(help="Recorded runs: list them, label them, delete them.", invoke_without_command=True)
 app.add_typer(runs_app, name="runs")
-
-
-@contextlib.contextmanager
-def _history():
-    """The DB's run history connection (the store opened first: its migrations, its checks)."""
-    from casedb.store import history
-
-    with open_db() as store:
-        conn = history.connect(store.path)
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 RUN_COLUMNS = ("run_id", "label", "status", "device", "backend", "front_end", "selection", "rerun_of", "triage",
@@ -51,12 +37,11 @@ def runs_cmd(
     triage files applied, start and duration, and counts."""
     if ctx.invoked_subcommand is not None:
         return
-    from casedb.store import history
+    from casedb.store.run_listing import list_runs
 
     try:
-        with _history() as conn:
-            rows = history.list_runs(conn, backend=backend, device=device, label=label,
-                                     mutants=mutants, limit=limit)
+        with open_db() as store:
+            rows = list_runs(store.conn, backend=backend, device=device, label=label, mutants=mutants, limit=limit)
     except CasedbError as e:
         fail(e)
     from casedb.read import tables
@@ -75,13 +60,13 @@ def runs_label_cmd(
     clear: bool = typer.Option(False, "--clear", help="Remove the run's label."),
 ):
     """Give a run a label (what `casedb runs --label` and report show)."""
-    from casedb.store import history
+    from casedb.store.run_listing import set_label
 
     if (label is None) == (not clear):
         fail(CasedbError("give a LABEL, or --clear to remove the run's label"))
     try:
-        with _history() as conn:
-            history.set_label(conn, run, None if clear else label)
+        with open_db() as store:
+            set_label(store.conn, run, None if clear else label)
     except CasedbError as e:
         fail(e)
     err_console.print(f"run {run}: " + ("label removed" if clear else f"labelled {clean(label)!r}"), highlight=False)
@@ -89,10 +74,10 @@ def runs_label_cmd(
 
 def label_run(run_id: int, label: str) -> None:
     """Label run ``run_id`` (`casedb run --label`: as `casedb runs label` does)."""
-    from casedb.store import history
+    from casedb.store.run_listing import set_label
 
-    with _history() as conn:
-        history.set_label(conn, run_id, label)
+    with open_db() as store:
+        set_label(store.conn, run_id, label)
 
 
 @runs_app.command("delete")
@@ -102,11 +87,11 @@ def runs_delete_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """Delete runs with their results and judgements, in one transaction (cases stay)."""
-    from casedb.store import history
+    from casedb.store.run_listing import delete_runs
 
     try:
-        with _history() as conn:
-            done = history.delete_runs(conn, runs, force=force)
+        with open_db() as store:
+            done = delete_runs(store.conn, runs, force=force)
     except CasedbError as e:
         fail(e)
     if as_json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from casedb.errors import InputError
+from casedb.store.reads_run_results import result_errors, run_exists
 
 _NO_KERNEL = re.compile(r"Could not run '([\w:.]+)' with arguments from the '[^']*' backend")
 
@@ -22,11 +23,17 @@ def against_run(conn, run_id: int, cases: list) -> dict:
     """Predicted (``enabled``) against run ``run_id``'s results of the same cases: agreement
     counts, and every case that disagrees (predicted blocked but ran, predicted runnable but
     failed for want of a kernel)."""
-    from casedb.store import coverage as stored
-
-    if not stored.run_exists(conn, run_id):
+    if not run_exists(conn, run_id):
         raise InputError(f"--against {run_id}: no such run (casedb runs lists them)")
-    return compare(run_id, stored.run_errors(conn, run_id), cases)
+    return compare(run_id, errors_by_case(conn, run_id), cases)
+
+
+def errors_by_case(conn, run_id: int) -> dict:
+    """signature -> (outcome, error message) of run ``run_id``'s results (the first of a case)."""
+    found: dict = {}
+    for sig, outcome, message in result_errors(conn, run_id):
+        found.setdefault(sig, (outcome, message))
+    return found
 
 
 def compare(run_id: int, results: dict, cases: list) -> dict:

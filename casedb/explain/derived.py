@@ -13,7 +13,6 @@ from casedb.explain.dims import tensor_inputs
 from casedb.explain.minimal import elements
 from casedb.explain.rounds import SOURCE, _manifest_case
 from casedb.store import explanations as stored
-from casedb.store import history
 from casedb.store.database import ModelInfo, Occurrence, Store
 
 MODEL = "derived"
@@ -33,11 +32,7 @@ def store(db_path, run: dict, cause: str, parent: dict, found: dict) -> dict:
         s.save([ModelInfo(MODEL, source=SOURCE, description="the smallest failing cases casedb explain found; "
                                                            "lineage: table derived_cases")],
                [Occurrence(model=MODEL, case=norm, name=name, source=f"casedb explain --run {run_id}")])
-    conn = history.connect(db_path)
-    try:
-        stored.save_lineage(conn, norm.signature, parent["signature"], found["steps"], run_id, cause)
-    finally:
-        conn.close()
+        stored.save_lineage(s.conn, norm.signature, parent["signature"], found["steps"], run_id, cause)
     return {"signature": norm.signature, "inputs": [input_label(t) for _, t in tensor_inputs(case)],
             "name": f"{MODEL}::{name}", "parent": parent["signature"], "transformation": found["steps"],
             "elements": elements(case), "parent_elements": elements(parent),

@@ -21,7 +21,8 @@ from casedb.ingest.seed import open_seeded
 from casedb.run.runspec import RunSpec
 from casedb.run.target import check_import
 from casedb.store import explanations as stored
-from casedb.store import history
+from casedb.store.database import open_store
+from casedb.store.run_rows import get_run
 
 DEFAULT_BUDGET = 64
 EXAMPLES = 2        # failing cases per cause whose variants confirm a condition
@@ -38,19 +39,16 @@ def explain(db: str | os.PathLike | None = None, *, run_id: int | None = None, c
         raise InputError(f"--budget takes a number of variant runs per cause, 0 or more, not {budget}")
     with open_seeded(db) as store:
         db_path = store.path.resolve()
-    conn = history.connect(db_path)
-    try:
+        conn = store.conn
         run_id = run_id if run_id is not None else stored.latest_run(conn)
         if run_id is None:
             raise CasedbError("no run to explain: run the cases first (casedb run)")
-        run = history.get_run(conn, run_id, "--run")
+        run = get_run(conn, run_id, "--run")
         rows = stored.run_cases(conn, run_id)
         groups = _groups(rows, cause)
         for g in groups:
             for r in g["rows"]:
                 r.update(stored.tolerances(conn, r["signature"]))
-    finally:
-        conn.close()
     passing = [features_of(r, r["values"]) for r in rows if r["outcome"] == "passed"]
     for g in groups:
         g["conditions"] = separating([features_of(r, r["values"]) for r in g["rows"]], passing)
@@ -141,15 +139,12 @@ def _keep(db_path, run: dict, groups: list[dict], out: dict) -> None:
         small = (g.get("found") or {}).get(("minimal",))
         if small:
             body["minimal"] = derived.store(db_path, run, g["cause"], g["parent"], small)
-    conn = history.connect(db_path)
-    try:
-        kept = _merged(stored.load(conn, run_id) or [], out["causes"])
+    with open_store(db_path) as store:
+        kept = _merged(stored.load(store.conn, run_id) or [], out["causes"])
         if kept:
-            stored.save(conn, run_id, kept)
+            stored.save(store.conn, run_id, kept)
         else:
-            stored.mark_explained(conn, run_id)
-    finally:
-        conn.close()
+            stored.mark_explained(store.conn, run_id)
 
 
 def _merged(old: list[dict], new: list[dict]) -> list[dict]:

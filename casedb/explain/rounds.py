@@ -19,7 +19,8 @@ from casedb.run import runner
 from casedb.run.console import Progress
 from casedb.run.runspec import SELECTION_VERSION, RunSpec
 from casedb.store import explanations as stored
-from casedb.store import history
+from casedb.store.run_lifecycle import start_run
+from casedb.store.run_listing import delete_runs, set_label
 from casedb.store.database import ModelInfo, Occurrence, Store
 
 MODEL = "explain-variants"
@@ -88,42 +89,27 @@ class Rounds:
             store.save([ModelInfo(MODEL, source=SOURCE, description="variants of failing cases (casedb explain); "
                                                                    "removed after each round")],
                        occs, replace_models=[MODEL])
-        spec = replace(self.spec, backend=backend)
-        conn = history.connect(self.db_path)
-        try:
-            run_id = history.start_run(conn, selection={"version": SELECTION_VERSION, "source": SOURCE,
-                                                        "options": spec.selection()},
-                                       args=sys.argv[1:], device=spec.device, backend=backend)
-            history.set_label(conn, run_id, LABEL)
-        finally:
-            conn.close()
+            spec = replace(self.spec, backend=backend)
+            run_id = start_run(store.conn, selection={"version": SELECTION_VERSION, "source": SOURCE,
+                                                      "options": spec.selection()},
+                               args=sys.argv[1:], device=spec.device, backend=backend)
+            set_label(store.conn, run_id, LABEL)
         try:
             code, text = runner._session(spec, self.db_path, run_id, len(norms), Progress(None, enabled=False))
             runner._finish(self.db_path, run_id, code, text)
-            conn = history.connect(self.db_path)
-            try:
-                rows = stored.run_cases(conn, run_id)
-            finally:
-                conn.close()
+            with Store(self.db_path) as store:
+                rows = stored.run_cases(store.conn, run_id)
         finally:
             self._clean(run_id, [n.signature for n in norms])
         return {r["signature"]: Outcome(r["signature"], r["outcome"], r["cause"], r["max_abs_err"], r["ulp_err"],
                                         r["seconds"]) for r in rows}
 
     def _clean(self, run_id: int, signatures: list[str]) -> None:
-        conn = history.connect(self.db_path)
-        try:
-            history.delete_runs(conn, [run_id], force=True)
-        finally:
-            conn.close()
         with Store(self.db_path) as store:
+            delete_runs(store.conn, [run_id], force=True)
             store.save([], [], replace_models=[MODEL])
-        conn = history.connect(self.db_path)
-        try:
-            stored.drop_unused_cases(conn, signatures)
-            stored.drop_empty_model(conn, MODEL)
-        finally:
-            conn.close()
+            stored.drop_unused_cases(store.conn, signatures)
+            stored.drop_empty_model(store.conn, MODEL)
 
 
 def _manifest_case(c: dict, n: int) -> dict:

@@ -11,12 +11,13 @@ import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 import importers
+from importers.record import CaseRecord, ImportRecord, ModelRecord, SkippedRecord
 from casedb.cases import no_compute, valid_inputs
 from casedb.cases import spec as casespec
-from casedb.ingest import check
+from casedb.ingest import check, same_call
 from casedb.errors import InputError
 from casedb.names import model_key
 from casedb.store.database import ModelInfo, Occurrence, Store
@@ -31,6 +32,7 @@ class FileReport:
     occurrences: int = 0       # occurrences after merging identical unnamed calls
     new_cases: int = 0         # signatures not in the DB before (nor earlier in this import)
     duplicates: int = 0        # occurrences whose case was already known
+    linked: int = 0            # of those, calls known under another spelling (casedb.ingest.same_call)
     skipped: int = 0
     skipped_reasons: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # {where, case, problem}: invalid inputs (casedb.ingest.check)
@@ -129,7 +131,8 @@ def prepare(paths, *, format: str | None = None, model: str | None = None,
     return list(models.values()), occurrences, reports
 
 
-def _parser(path: Path, format: str | None, model: str | None, options: dict):
+def _parser(path: Path, format: str | None, model: str | None,
+            options: dict) -> tuple[str, Callable[[], Iterator[ImportRecord]]]:
     """(format, a call that parses the file) for one file: its importer given the options its
     registry row (importers.REGISTRY) says it takes; an option no format takes is refused."""
     try:
@@ -160,7 +163,7 @@ class _FileReader:
         self.file_keys: list = []
         self.their = None  # v2 configs: their runner's dedupe beside casedb's (importers.model_ops_v2)
 
-    def read(self, rec: dict) -> None:
+    def read(self, rec: ImportRecord) -> None:
         kind = rec.get("type")
         if kind == "model":
             self._model(rec)
@@ -171,14 +174,14 @@ class _FileReader:
         else:
             raise InputError(f"parser produced a record of unknown type {kind!r}", where=str(self.path))
 
-    def _skip(self, rec: dict, nothing_to_judge: bool = False) -> None:
+    def _skip(self, rec: SkippedRecord, nothing_to_judge: bool = False) -> None:
         if self.strict and not nothing_to_judge:
             raise InputError(f"cannot represent {rec.get('op', 'record')}: {rec.get('reason')} "
                              "(drop --strict to skip such records)", where=rec.get("where", str(self.path)))
         self.report.skipped += 1
         self.report.skipped_reasons.append({k: rec.get(k) for k in ("where", "op", "reason")})
 
-    def _model(self, rec: dict) -> None:
+    def _model(self, rec: ModelRecord) -> None:
         path = str(self.path)
         name = self.model or rec["name"]
         _check_model_name(name, path)
@@ -188,7 +191,7 @@ class _FileReader:
                                     defaults=self.defaults)
         _add_model(self.models, self.file_model)
 
-    def _case(self, rec: dict) -> None:
+    def _case(self, rec: CaseRecord) -> None:
         self.report.records += 1
         name = self._case_model(rec)
         where = rec.get("where") or str(self.path)
@@ -199,7 +202,7 @@ class _FileReader:
         idle = no_compute.reason(norm.op, norm.inputs, norm.attrs)
         if idle:
             self.report.records -= 1
-            self._skip({"where": where, "op": norm.op, "reason": idle}, nothing_to_judge=True)
+            self._skip({"type": "skipped", "where": where, "op": norm.op, "reason": idle}, nothing_to_judge=True)
             return
         if "their_key" in rec:
             from importers.model_ops_v2 import TheirDedupe
@@ -231,7 +234,7 @@ class _FileReader:
         self.position += 1
         self.report.model = name
 
-    def _case_model(self, rec: dict) -> str:
+    def _case_model(self, rec: CaseRecord) -> str:
         """The name of the model a case record belongs to (registered on first sight)."""
         name = self.model or rec.get("model") or (self.file_model.name if self.file_model else None)
         if not name:
@@ -282,6 +285,7 @@ def import_paths(store: Store, paths, *, format: str | None = None, model: str |
     replace: each imported model's cases become exactly the imported ones (see Store.save)."""
     models, occurrences, reports = prepare(paths, format=format, model=model, strict=strict, options=options,
                                            allow_outside=allow_outside, max_bytes=max_bytes)
+    same_call.link(store, occurrences, reports)
     known = store.existing_signatures(o.case.signature for o in occurrences.values())
     files = []
     for report, keys in reports:

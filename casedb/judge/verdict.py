@@ -58,6 +58,8 @@ class Verdict:
     bias_count: int | None = None                # ... over this many elements
     ref_faults: int | None = None                # elements where the CPU reference's NaN/inf are wrong, the target's right
     stage: str | None = None                     # where it failed (casedb.outcomes.STAGES), for a result that is not a pass
+    triage: str | None = None                    # how the run's triage files read it (known, new...): set by the
+    triage_where: str | None = None              # judge's caller, casedb.run.decide, with the entry's file:line
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)

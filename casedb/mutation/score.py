@@ -30,7 +30,11 @@ import os
 from dataclasses import replace
 from typing import Iterable
 
-from casedb.store import history
+from casedb.store.database import open_store
+from casedb.store.reads_run_results import judged_occurrences, results_with_cases
+from casedb.store.run_listing import set_label
+from casedb.store.run_rows import get_run, update_selection
+from casedb.store.run_scope import MUTANT_LABEL
 from casedb import outcomes
 from casedb.judge.numerics import ULP_FLOOR
 from casedb.errors import CasedbError
@@ -118,14 +122,11 @@ def run_mutants(spec, *, mutants: Iterable[str] | None = None, base: str | None 
         summaries = run_backends(run_spec, [harness.PREFIX + n for n in plan], db=path, progress=progress,
                                  console=console)
     run_ids = {name: summaries[harness.PREFIX + name]["run_id"] for name in plan}
-    conn = history.connect(path)
-    try:
+    with open_store(path) as store:
         for name in plan:
-            history.update_selection(conn, run_ids[name], mutation={
+            update_selection(store.conn, run_ids[name], mutation={
                 "mutant": name, "base": base, "control_run": run_ids[harness.CONTROL]})
-            history.set_label(conn, run_ids[name], history.MUTANT_LABEL + name)
-    finally:
-        conn.close()
+            set_label(store.conn, run_ids[name], MUTANT_LABEL + name)
     return score(path, run_ids[harness.CONTROL], {n: run_ids[n] for n in names})
 
 
@@ -159,12 +160,7 @@ def _results(conn, run_id: int) -> dict:
     from casedb.store.database import shape_summary
 
     out = {}
-    for r in conn.execute("""SELECT r.signature, r.outcome, r.reason, r.max_abs_err, r.max_rel_err, r.ulp_err,
-                                    r.ref_ulp_err, r.bias_toward, r.bias_count, r.tolerance, r.metrics, c.op, c.inputs,
-                                    c.attrs
-                             FROM results r JOIN cases c ON c.signature = r.signature
-                             WHERE r.run_id = ? ORDER BY r.id""", [run_id]):
-        d = dict(r)
+    for d in results_with_cases(conn, run_id):
         metrics = loads(d.pop("metrics")) or {}
         d["note"] = (metrics.get("notes") or {}).get("mutant")
         d["inputs"] = shape_summary(loads(d["inputs"]) or [], loads(d.pop("attrs")) or {})
@@ -175,9 +171,7 @@ def _results(conn, run_id: int) -> dict:
 def _names(conn, run_id: int) -> dict:
     """signature -> [(model, case name)] judged in the run."""
     out: dict[str, list] = {}
-    for sig, model, name in conn.execute("""SELECT j.signature, j.model, mc.name FROM judgements j
-                                            JOIN model_cases mc ON mc.id = j.model_case_id
-                                            WHERE j.run_id = ? ORDER BY j.id""", [run_id]):
+    for sig, model, name in judged_occurrences(conn, run_id):
         out.setdefault(sig, []).append((model, name))
     return out
 
@@ -199,9 +193,9 @@ def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
     changed, caught, the score and the survivors (see the module docstring)."""
     from casedb.mutation import harness, mutants  # noqa: F401 (mutants: the built-ins' kind and doc)
 
-    conn = history.connect(db)
-    try:
-        ctrl_run = history.get_run(conn, control_run)
+    with open_store(db) as store:
+        conn = store.conn
+        ctrl_run = get_run(conn, control_run)
         control = _results(conn, control_run)
         names = _names(conn, control_run)
         base = ((ctrl_run["selection"] or {}).get("mutation") or {}).get("base")
@@ -243,8 +237,6 @@ def score(db, control_run: int, mutant_runs: dict[str, int]) -> dict:
                 "within_precision": [_case(results[s], names) for s in within],
                 "failed_unchanged": [_case(results[s], names) for s in odd]})
         return report
-    finally:
-        conn.close()
 
 
 # ------------------------------------------------------------------------------------ the terminal

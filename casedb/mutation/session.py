@@ -19,19 +19,18 @@ from casedb.run import runner
 from casedb.run.console import Progress
 from casedb.run.runspec import SELECTION_VERSION, RunSpec
 from casedb.run.target import check_import
-from casedb.store import history
+from casedb.store.database import open_store
+from casedb.store.run_lifecycle import start_run
 
 SOURCE = "casedb mutants"
 
 
 def run_backends(spec: RunSpec, backends: list[str], *, db, progress: bool = True, console=None) -> dict:
     """Run ``spec``'s selection on each of ``backends`` in one pytest session, without triage;
-    returns {backend: its run's summary} (see casedb.store.history.summarize)."""
+    returns {backend: its run's summary} (see casedb.store.run_figures.summarize)."""
     db_path, max_cases = runner._check_store(spec, db, None)
-    spec = replace(spec, triage=[], shipped_triage=False, backend=backends[0])
-    spec.validate()
-    spec.imports = [check_import(n) for n in spec.imports]
-    spec.all_models = spec.all_models or not spec.models
+    spec = replace(spec, triage=[], shipped_triage=False, backend=backends[0]).validate()
+    spec = replace(spec, imports=[check_import(n) for n in spec.imports], all_models=spec.all_models or not spec.models)
     runs = _start_runs(spec, backends, db_path)
     extra = ("--casedb-backend-runs", ",".join(f"{b}={r}" for b, r in runs.items()))
     # one restart per case a worker could take down, on every backend
@@ -42,11 +41,8 @@ def run_backends(spec: RunSpec, backends: list[str], *, db, progress: bool = Tru
 
 def _start_runs(spec: RunSpec, backends: list[str], db_path: Path) -> dict:
     """{backend: the id of its new run}, each run's selection that of ``spec`` on the backend."""
-    conn = history.connect(db_path)
-    try:
-        return {b: history.start_run(conn, selection={"version": SELECTION_VERSION, "source": SOURCE,
-                                                      "options": replace(spec, backend=b).selection()},
-                                     args=sys.argv[1:], device=spec.device, backend=b)
+    with open_store(db_path) as store:
+        return {b: start_run(store.conn, selection={"version": SELECTION_VERSION, "source": SOURCE,
+                                                    "options": replace(spec, backend=b).selection()},
+                             args=sys.argv[1:], device=spec.device, backend=b)
                 for b in backends}
-    finally:
-        conn.close()

@@ -21,7 +21,7 @@ def section(conn, run: dict, models: list[dict]) -> dict | None:
     rates = {m["model"]: m for m in models}
     rows = [{**m, **{k: rates[m["model"]].get(k) for k in ("pass_rate", "executed", "passed")}}
             for m in cov["models"] if m["model"] in rates]
-    against = agreement.compare(run["run_id"], stored.run_errors(conn, run["run_id"]), cov["cases"])
+    against = agreement.compare(run["run_id"], agreement.errors_by_case(conn, run["run_id"]), cov["cases"])
     return {k: cov[k] for k in ("id", "created_at", "device", "dispatch_key", "backend", "fallback", "target_problem",
                                 "selection")} | {"totals": cov["totals"], "models": rows, "missing": cov["missing"],
                                                  "against_run": against}

@@ -13,7 +13,7 @@
 * SQL function ``casedb_latest_run()``: the newest full run's id (not a mutant run's, nor a partial
   rerun's: :data:`casedb.store.run_scope.LATEST_FULL_RUN`). The served file
   is immutable, so it is a constant per connection, which lets SQLite push ``run_id = casedb_latest_run()`` into the
-  grouped views (a ``(SELECT max(id) FROM runs)`` subquery would make them aggregate every run);
+  grouped views (a subquery for the newest run id would make them aggregate every run);
 * every connection gets SQLite's length limit (``serve_settings.MAX_VALUE_BYTES``) and a row factory
   that stops a query once it has returned ``serve_settings.MAX_RESULT_BYTES`` of values;
 * errors: a refused request (bad or too costly SQL, 404, 403) is answered as Datasette would and
@@ -40,7 +40,8 @@ from markupsafe import Markup, escape
 from casedb import outcomes
 from casedb.read.serve_settings import DB_NAME, MAX_RESULT_BYTES, MAX_SQLITE_HEAP, MAX_VALUE_BYTES
 from casedb.read import failure_links
-from casedb.store import history, run_scope
+from casedb.store import run_scope, serving
+from casedb.store.run_listing import mutant_run
 from casedb.store.views import REPORT_VIEWS
 
 _COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#cf222e", "xfail": "#9a6700", "skip": "#57606a",
@@ -91,16 +92,11 @@ def prepare_connection(conn, database, datasette):
         return
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.row_factory = capped_rows()
-    try:
-        latest = conn.execute("SELECT max(id) FROM runs").fetchone()[0]
-    except sqlite3.Error:  # not a casedb database
+    ours, latest = serving.latest_run(conn)  # (casedb.store.serving)
+    if not ours:  # not a casedb database
         return
-    try:  # the latest full run (not a `casedb mutants` run, not a partial rerun), as `casedb report` takes it
-        latest = conn.execute(run_scope.LATEST_FULL_RUN).fetchone()[0] or latest
-    except sqlite3.Error:  # a database from before run labels
-        pass
     conn.create_function("casedb_latest_run", 0, lambda: latest, deterministic=True)
-    conn.create_function("casedb_mutant_run", 1, history.mutant_run, deterministic=True)
+    conn.create_function("casedb_mutant_run", 1, mutant_run, deterministic=True)
     # what tells runs apart (casedb.store.run_scope): a run's selection in words
     conn.create_function("casedb_run_selection", 1, _run_selection, deterministic=True)
     # a failure's cause, as the run summary and `casedb report` group them (casedb.causes); it reads

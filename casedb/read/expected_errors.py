@@ -1,22 +1,11 @@
 """Manifest-declared expected errors in a report: a case whose manifest says the op raises here
 (``expects_error``, e.g. int32 ``torch.histc`` on the CPU) and that raised it is judged xfailed,
 but the op does what it should. The report's op ranking and its blocking tables leave those
-cases out, so such an op is never the "worst op" nor a blocker (:func:`adjust`).
+cases out, so such an op is never the "worst op" nor a blocker (:func:`adjust`); the counts are
+:func:`casedb.store.reads_report.expected_error_counts`.
 """
 
 from __future__ import annotations
-
-# xfailed judgements of occurrences that declare an expected error and no xfail of their own
-_SQL = """SELECT j.model, c.op, count(*) FROM judgements j
-          JOIN model_cases mc ON mc.id = j.model_case_id JOIN cases c ON c.signature = j.signature
-          WHERE j.run_id = ? AND j.outcome = 'xfailed' AND mc.expects_error IS NOT NULL
-            AND mc.expects_error != 'null' AND (mc.xfail IS NULL OR mc.xfail = 'null')
-          GROUP BY j.model, c.op"""
-
-
-def counts(conn, run_id: int) -> dict[tuple[str, str], int]:
-    """(model, op) -> the run's judgements that are a declared error raised as declared."""
-    return {(m, op): n for m, op, n in conn.execute(_SQL, [run_id])}
 
 
 def adjust(out: dict, expected: dict[tuple[str, str], int]) -> None:

@@ -8,32 +8,43 @@ exact layout (``stride`` and ``storage_offset``, from the layout preset) and its
 runner reads it: tolerances as ``supported_dtypes[].precision`` of each case's dtype (which also
 lists every dtype a case is filed under, or their runner drops it), the model's own tolerance for
 its dtype, the model's seed as ``input_config.seed``, and one test per mode (mandatory_success,
-xfail, skip) from the cases' ``xfail_if``/``skip_if``. Data tensors and what their loader cannot
-make (an ``arange`` with a start, a 0-d ``randn``) are ``.pt`` files in ``<out>.files/``, written
-under their root token (``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/<out>.files/``).
-Descriptions are written verbatim: no text in them becomes a tag.
+xfail, xfail_strict, skip) from the cases' ``xfail_if``/``skip_if``/``expects_error``. Data tensors
+and what their loader cannot make (an ``arange`` with a start, a 0-d ``randn``) are ``.pt`` files in
+``<out>.files/``, written under their root token
+(``${TORCH_DEVICE_ROOT}/tests/configs/model_ops_tests/<out>.files/``). Descriptions are written
+verbatim: no text in them becomes a tag.
 
-What v2 cannot say exactly is listed in ``notes`` (a case's own seed, tolerances that differ
+What an item cannot say for casedb's own re-import rides beside it as its ``casedb:`` record
+(their item model drops unknown keys): the expected error, and the call in casedb's form wherever
+the item would read back as another case (checked here by reading it as the importer does), so a
+round trip keeps every signature (importers/README.md, "v2 model-ops configs").
+
+What v2 cannot say to their runner is listed in ``notes`` (a case's own seed, tolerances that differ
 between cases of one dtype, integer-valued randint floats, the cases left out).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import IO
 
 import yaml
 
-from casedb.cases import dtypes, presets
+from casedb.cases import dtypes, input_specs, presets, valid_inputs
+from casedb.cases import spec as casespec
+from casedb.errors import CasedbError
 from casedb.read import spyre_calls
 from casedb.read.export import _Dumper, _flow, _Writer, _value
 from casedb.store.database import Store
-from importers import model_ops_v2
+from importers import model_ops_v2, v2_inputs
 
 RUNNER_PATH = "${TORCH_DEVICE_ROOT}/tests/models/test_model_ops_v2.py"
 TEST_NAME = "TestSpyreModelOps::test_model_ops_db"
 THEIR_MARKS = ("constant", "fp32operation", "bf16operation")
+# the device names their runner runs on (PrivateUse1 renamed ``spyre``)
+THEIR_DEVICES = ("spyre", "privateuse1", "privateuseone")
 
 
 class _V2Writer(_Writer):
@@ -41,6 +52,7 @@ class _V2Writer(_Writer):
         super().__init__(store, out_path)
         self.notes = notes
         self.case = ""
+        self.safe_ops: set = set()  # ops casespec found safe already (the read-back check)
 
     def v2_tensor(self, t: dict) -> dict:
         out: dict = {"shape": _flow(list(t["shape"]))}
@@ -89,6 +101,33 @@ class _V2Writer(_Writer):
         if "value" in spec:
             return {"value": _flow(_value(spec["value"]))}
         return dict(spec)
+
+    def record_input(self, spec: dict) -> dict:
+        """An input in casedb's own manifest form (``casedb export --format yaml``'s, dtype always
+        written, data tensors as their values, file tensors as the files written beside the config)."""
+        if "tensor" in spec:
+            return {"tensor": _flow(_Writer.tensor(self, spec["tensor"], ""))}
+        if "tensor_list" in spec:
+            return {"tensor_list": [_flow(_Writer.tensor(self, t, "")) for t in spec["tensor_list"]]}
+        if "file" in spec:
+            return {"file": _Writer.file(self, spec["file"])}
+        if "value" in spec:
+            return {"value": _flow(_value(spec["value"]))}
+        return dict(spec)
+
+    def reads_back(self, occ: dict, item: dict) -> bool:
+        """Whether casedb's importer reads ``item`` back as the case ``occ`` (the same signature):
+        the v2 reading (importers.v2_inputs), the valid-input rules and normalization of an import."""
+        sample = copy.deepcopy(item["sample_inputs_func"])
+        try:
+            inputs = [v2_inputs._arg(a, f"args[{i}]") for i, a in enumerate(sample["args"])]
+            attrs = {str(k): v2_inputs._kwarg(v, f"kwargs.{k}") for k, v in (sample.get("kwargs") or {}).items()}
+            case = valid_inputs.apply_raw({"op": item["name"], "inputs": inputs, "attrs": attrs})
+            base = self.out_path.parent if self.out_path is not None else None
+            norm = casespec.normalize_case(case, {}, where=self.case, base_dir=base, safe_ops=self.safe_ops)
+        except (ValueError, CasedbError):  # casedb would refuse it: only the record can bring it back
+            return False
+        return norm.signature == occ["signature"]
 
     def values_file(self, t: dict) -> str:
         """A .pt file of a generated tensor's values (what v2's inits cannot make), beside the config."""
@@ -153,21 +192,35 @@ def _numbered_tags(occs: list) -> list[str]:
 
 
 def _mode(occ: dict, case: str, notes: list) -> str:
-    """The v2 mode of a case's judgement (a mode is unconditional: conditions are noted)."""
+    """The v2 mode of a case's judgement (a mode is unconditional: conditions are noted). Their
+    runner (torch-spyre's oot_test_base_common ``_should_run``): ``skip`` is not collected,
+    ``xfail`` runs and may pass, ``xfail_strict`` runs and must fail, ``mandatory_success`` must pass."""
     skips = occ.get("skip_if") or ()
     if any(s.get("expr") == "True" for s in skips):
         return "skip"
     for s in skips:
         notes.append(f"{case}: skip_if {s['expr']!r} not written (a v2 mode has no condition)")
-    if occ.get("expects_error"):
-        # v2 has no expected errors: their runner would fail the call that raises by design
-        notes.append(f"{case}: expects_error written as mode: skip (v2 has no expected errors)")
-        return "skip"
+    if _raises_on_their_run(occ.get("expects_error")):
+        # the call raises by design on their reference (the CPU) or their device: their runner
+        # reports a strict xfail as xfailed, and a pass (the error gone) as a failure, as casedb does;
+        # the expected error itself rides in the item's casedb record
+        if occ.get("xfail"):
+            notes.append(f"{case}: xfail_if {occ['xfail']['expr']!r} not written beside its expects_error")
+        return "xfail_strict"
     if not occ.get("xfail"):
         return "mandatory_success"
     if occ["xfail"]["expr"] not in ("True", model_ops_v2.XFAIL_IF):
         notes.append(f"{case}: xfail_if {occ['xfail']['expr']!r} written as mode: xfail")
-    return "xfail"
+    # casedb's xfail is strict unless it says otherwise; their mode: xfail is not
+    return "xfail" if occ["xfail"].get("strict") is False else "xfail_strict"
+
+
+def _raises_on_their_run(expects: dict | None) -> bool:
+    """Whether an expected error applies to their run: the reference's (``ref``, ``cpu`` or
+    unscoped; their reference is the CPU) or their device's."""
+    if not expects:
+        return False
+    return "type" in expects or any(k in expects for k in ("ref", "cpu", *THEIR_DEVICES))
 
 
 def config(store: Store, model: str, out_path: Path | None = None, notes: list | None = None) -> dict:
@@ -198,8 +251,12 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
         marks = [x for x in occ["derived_marks"] or [] if x in THEIR_MARKS]
         marks += [x for x in occ["own_marks"] or [] if x not in marks]
         item["tags"] = _flow([t for t in marks if t != tag] + [tag])
+        record = _record(writer, occ, item)
+        if record:
+            item[model_ops_v2.RECORD_KEY] = record
         if occ["seed"] is not None:
-            notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file)")
+            notes.append(f"{writer.case}: its own seed {occ['seed']} (v2 has one seed per file; casedb's "
+                         "record keeps it)")
         _precision(precision, model_ops_v2.variant_dtype(args), occ, writer.case, notes)
         tests.setdefault(_mode(occ, writer.case, notes), []).append(item)
     _model_tolerance(precision, defaults)
@@ -211,6 +268,28 @@ def config(store: Store, model: str, out_path: Path | None = None, notes: list |
                 "edits": {"ops": {"include": items}}} for mode, items in tests.items()]
     return {"test_suite_config": {"labels": _flow(["trunk"]), "global": glob, "files": [
         {"path": RUNNER_PATH, "unlisted_test_mode": "skip", "tests": entries}]}}
+
+
+def _record(writer: "_V2Writer", occ: dict, item: dict) -> dict:
+    """What casedb's importer needs beside the item to read the case back as it is (their runner
+    ignores an item's unknown keys): the expected error their mode cannot hold, and, where the item
+    reads back as another case (their op spelling, an ``arange`` with a start, a 0-d ``randn``, a
+    file inside a tensor list...), the call in casedb's form with a check of the item's call."""
+    record: dict = {}
+    if occ.get("expects_error"):
+        record["expects_error"] = _flow(occ["expects_error"])
+    if writer.reads_back(occ, item):
+        return record
+    record["op"] = occ["op"]
+    record["inputs"] = [writer.record_input(s) for s in occ["inputs"]]
+    if occ["attrs"]:
+        record["attrs"] = _flow({k: writer.record_input(v) if isinstance(v, dict) and len(v) == 1
+                                 and next(iter(v)) in input_specs.INPUT_KINDS else _value(v)
+                                 for k, v in occ["attrs"].items()})
+    if occ["seed"] is not None:
+        record["seed"] = occ["seed"]
+    record["check"] = model_ops_v2.record_check(item["name"], item["sample_inputs_func"])
+    return record
 
 
 def _call(writer: "_V2Writer", occ: dict):

@@ -9,49 +9,29 @@ Every figure comes from a view that Datasette (`casedb serve`) shows too.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
 from casedb.read import coverage as predicted, expected_errors, latency
-from casedb.store import explanations, history
+from casedb.store import explanations, reads_report as reads
+from casedb.store.run_figures import failure_groups, run_counts
+from casedb.store.run_rows import get_run
 
 DEFAULT_ERROR_FACTOR = 10.0
 DEFAULT_TREND = 5
 DEFAULT_LIMIT = 20
 
-_MODEL_COLS = ("model", "occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-               "ref_errors", "not_exercised", "pass_rate", "ops", "ops_passing", "ops_pass_rate")
-_OP_COLS = ("op", "occurrences", "executed", "passed", "failed", "errors", "xfailed", "xpassed", "skipped",
-            "ref_errors", "pass_rate", "models")
-_VERDICT_COLS = ("model", "case_name", "op", "inputs", "dtype", "outcome", "stage", "reason", "error_type", "error_message",
-                 "max_abs_err", "rtol", "atol", "repro")
-_CHANGE_COLS = ("model", "case_name", "op", "inputs", "dtype", "base_outcome", "outcome", "base_max_abs_err",
-                "max_abs_err", "err_growth", "error_type", "error_message", "rtol", "atol", "repro")
-_BLOCKING_COLS = ("op", "models_blocked", "models", "unblocks", "failing", "occurrences", "blocked_models")
 # the outcome counts, in the order and under the names `casedb run` prints them
 _COUNTED = tuple(outcomes.COUNT_KEYS[o] for o in outcomes.SHOWN)
-
-
-def _rows(db, sql: str, params: Iterable[Any] = ()) -> list[dict]:
-    cur = db.execute(sql, list(params))
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
-
-
-def _cols(cols: Iterable[str]) -> str:
-    return ", ".join(cols)
 
 
 def latest_run_id(db) -> int:
     """Id of the newest full run: not a `casedb mutants` run, nor a partial rerun of an earlier
     run (pytest --lf; casedb.store.run_scope); the newest run where there are only those; a
     CasedbError that says how to record one when there is none."""
-    from casedb.store import run_scope
-
-    run_id = db.execute(run_scope.LATEST_FULL_RUN).fetchone()[0]
-    run_id = run_id if run_id is not None else db.execute("SELECT max(id) FROM runs").fetchone()[0]
+    run_id = reads.latest_run_id(db)
     if run_id is None:
         raise CasedbError("no runs recorded in this database yet; record one with "
                           "`casedb run --model <model>` (see `casedb models`), then run `casedb report`")
@@ -59,7 +39,7 @@ def latest_run_id(db) -> int:
 
 
 def _check_run(db, run_id: int, what: str) -> None:
-    history.get_run(db, run_id, what)
+    get_run(db, run_id, what)
 
 
 def build(db, run: int | None = None, compare: int | None = None, *,
@@ -74,15 +54,15 @@ def build(db, run: int | None = None, compare: int | None = None, *,
         raise CasedbError(f"--error-factor must be greater than 1, not {error_factor}")
     run_id = latest_run_id(db) if run is None else run
     _check_run(db, run_id, "--run")
-    summary = _rows(db, "SELECT * FROM run_summaries WHERE run_id = ?", [run_id])[0]
+    summary = reads.run_summary(db, run_id)
     compare, baseline_source = _baseline_run(db, run_id, compare)
     report = _summary(summary)
-    report["totals"] = _totals(history.run_counts(db, run_id))
+    report["totals"] = _totals(run_counts(db, run_id))
     report["runtime"] = _runtime(db, summary, run_id, top)
     report.update(_verdicts(db, run_id))
     report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
     report["error_factor"] = error_factor
-    report["trend"] = _trend(db, summary, run_id, trend)
+    report["trend"] = reads.trend(db, summary["device"], summary["backend"], run_id, trend)
     report["coverage"] = predicted.section(db.conn, report["run"], report["models"])  # None: never measured
     report["latency"] = latency.section(db, run_id, compare)
     report["explanations"] = explanations.load(db, run_id)  # None: casedb explain never ran on it
@@ -93,8 +73,7 @@ def _baseline_run(db, run_id: int, compare: int | None) -> tuple[int | None, str
     """(the run to compare with, where it came from): --compare, else the previous run on the
     same device and backend (None for a first run)."""
     if compare is None:
-        previous = db.execute("SELECT previous_run_id FROM run_pairs WHERE run_id = ?", [run_id]).fetchone()[0]
-        return previous, "previous run on the same device and backend"
+        return reads.previous_run(db, run_id), "previous run on the same device and backend"
     if compare == run_id:
         raise CasedbError(f"--compare {compare} is the run being reported; give an earlier (or another) run")
     _check_run(db, compare, "--compare")
@@ -102,7 +81,7 @@ def _baseline_run(db, run_id: int, compare: int | None) -> tuple[int | None, str
 
 
 def _totals(counts: dict) -> dict:
-    """The run's totals as `casedb run` counts them (casedb.store.history.run_counts): cases
+    """The run's totals as `casedb run` counts them (casedb.store.run_figures.run_counts): cases
     executed, each outcome under its summary name, the occurrences judged, the pass rate."""
     return {k: counts[k] for k in ("executed", *_COUNTED, "occurrences", "pass_rate")}
 
@@ -128,55 +107,35 @@ def _runtime(db, summary: dict, run_id: int, top: int) -> dict:
     total = sum(t.values())
     return {**t, "total": round(total, 6),
             "mean_per_case": round(total / summary["executions"], 6) if summary["executions"] else None,
-            "slowest": _rows(db, "SELECT signature, op, inputs, dtype, models, outcome, t_ref, t_compile,"
-                                 " t_exec, t_total FROM case_runtimes WHERE run_id = ?"
-                                 " ORDER BY t_total DESC LIMIT ?", [run_id, top])}
+            "slowest": reads.slowest_cases(db, run_id, top)}
 
 
 def _verdicts(db, run_id: int) -> dict:
     """The run's own lists: per model and op, failures, xpasses, what proves nothing, lowering,
     failure stages and what blocks what."""
     out: dict[str, Any] = {}
-    coverage = {r["model"]: r for r in _rows(db, "SELECT model, cases, signatures FROM model_coverage")}
-    models = _rows(db, f"SELECT {_cols(_MODEL_COLS)} FROM model_pass_rates WHERE run_id = ?"
-                       " ORDER BY pass_rate, model", [run_id])
+    coverage = reads.model_coverage(db)
+    models = reads.model_pass_rates(db, run_id)
     for m in models:
         m["signatures"] = coverage.get(m["model"], {}).get("signatures")
     out["models"] = models
-    out["ops"] = _rows(db, f"SELECT {_cols(_OP_COLS)} FROM op_pass_rates WHERE run_id = ?"
-                           " ORDER BY pass_rate, failed + errors DESC, op", [run_id])
-    out["causes"] = history.failure_groups(db.conn, run_id)
-    out["failures"] = _judged_outputs(db, run_id, _rows(
-        db, f"SELECT {_cols(_VERDICT_COLS)}, signature FROM verdicts WHERE run_id = ?"
-            " AND outcome IN (SELECT outcome FROM outcome_classes WHERE failing)"
-            " ORDER BY op, model, case_name", [run_id]))
+    out["ops"] = reads.op_pass_rates(db, run_id)
+    out["causes"] = failure_groups(db.conn, run_id)
+    out["failures"] = _judged_outputs(db, run_id, reads.failing_verdicts(db, run_id))
     # tt-xla's triage rule: a case marked xfail that passes should lose its mark.
-    out["remove_xfail"] = _rows(db, f"SELECT {_cols(_VERDICT_COLS)} FROM verdicts WHERE run_id = ?"
-                                    " AND outcome = 'xpassed' ORDER BY model, op, case_name", [run_id])
+    out["remove_xfail"] = reads.xpassed_verdicts(db, run_id)
     # What proves nothing: cases the target never computed, and cases whose reference a
     # trivial target (all zeros, one value) would match.
-    out["unproven"] = _rows(db, "SELECT op, inputs, dtype, outcome, why, reason, models FROM unproven_cases"
-                                " WHERE run_id = ? ORDER BY why, op, inputs", [run_id])
+    out["unproven"] = reads.unproven_cases(db, run_id)
     out["vacuous"] = sum(1 for r in out["unproven"] if r["why"].startswith("vacuous"))
     # where the CPU reference's NaN/inf are wrong and the target agrees with the upcast reference
-    out["reference_faults"] = _rows(db, """
-        SELECT c.op, c.shapes AS inputs, c.dtype, r.outcome, json_extract(r.metrics, '$.ref_faults') AS elements,
-               (SELECT group_concat(model, ', ') FROM (SELECT DISTINCT mc.model FROM model_cases mc
-                 WHERE mc.signature = r.signature ORDER BY mc.model)) AS models
-        FROM results r LEFT JOIN cases c ON c.signature = r.signature
-        WHERE r.run_id = ? AND json_extract(r.metrics, '$.ref_faults') > 0 ORDER BY c.op, c.shapes""", [run_id])
-    out["lowering"] = _rows(db, "SELECT op, cases, generated, extern, fallback, mixed, no_kernel, generated_pct"
-                                " FROM op_lowering WHERE run_id = ? ORDER BY generated_pct, op", [run_id])
-    out["stages"] = _rows(db, "SELECT stage, count(*) AS cases FROM results WHERE run_id = ? AND stage IS NOT NULL"
-                              " GROUP BY stage ORDER BY cases DESC, stage", [run_id])
+    out["reference_faults"] = reads.reference_faults(db, run_id)
+    out["lowering"] = reads.op_lowering(db, run_id)
+    out["stages"] = reads.stage_counts(db, run_id)
     # What blocks what: ops by the models they block; the model x op counts of those ops.
-    out["blocking"] = _rows(db, f"SELECT {_cols(_BLOCKING_COLS)} FROM op_blocking WHERE run_id = ?"
-                                " AND models_blocked > 0 ORDER BY models_blocked DESC, unblocks DESC,"
-                                " failing DESC, op", [run_id])
-    out["blocking_matrix"] = _rows(db, "SELECT op, model, failing, occurrences FROM model_op_failures"
-                                       " WHERE run_id = ? AND op IN (SELECT op FROM model_op_failures"
-                                       " WHERE run_id = ? AND blocked) ORDER BY op, model", [run_id, run_id])
-    expected_errors.adjust(out, expected_errors.counts(db.conn, run_id))
+    out["blocking"] = reads.op_blocking(db, run_id)
+    out["blocking_matrix"] = reads.blocking_matrix(db, run_id)
+    expected_errors.adjust(out, reads.expected_error_counts(db.conn, run_id))
     return out
 
 
@@ -187,9 +146,7 @@ def _judged_outputs(db, run_id: int, rows: list[dict]) -> list[dict]:
     import json
 
     facts = {}
-    for sig, tolerances, pattern in db.execute(
-            "SELECT signature, json_extract(metrics, '$.tolerances'), json_extract(metrics, '$.pattern')"
-            " FROM results WHERE run_id = ? AND json_valid(metrics)", [run_id]):
+    for sig, tolerances, pattern in reads.judged_outputs(db, run_id):
         dtypes = list(json.loads(tolerances)) if tolerances else []
         facts[sig] = (dtypes[0] if dtypes else None, pattern)
     for r in rows:
@@ -203,29 +160,11 @@ def _comparison(db, run_id: int, compare: int | None, source: str, error_factor:
     out: dict[str, Any] = {"baseline": None, "regressions": [], "fixes": [], "error_growth": []}
     if compare is None:
         return out
-    base = _rows(db, "SELECT id AS run_id, started_at, status, device, backend FROM runs WHERE id = ?", [compare])[0]
-    out["baseline"] = {**base, "source": source}
-    changes = f"SELECT {_cols(_CHANGE_COLS)} FROM verdict_changes WHERE run_id = ? AND base_run_id = ?"
-    order = " ORDER BY model, op, case_name"
-    # (the outcome filter only narrows what `change` decides: it lets the (run_id, outcome)
-    # index find the failing occurrences instead of comparing every one)
-    out["regressions"] = _rows(db, changes + " AND change = 'regression' AND outcome IN"
-                               " (SELECT outcome FROM outcome_classes WHERE failing)" + order, [run_id, compare])
-    out["fixes"] = _rows(db, changes + " AND change = 'fix'" + order, [run_id, compare])
-    out["error_growth"] = _rows(db, changes + " AND err_growth > ? ORDER BY err_growth DESC, model, case_name",
-                                [run_id, compare, error_factor])
+    out["baseline"] = {**reads.baseline_row(db, compare), "source": source}
+    out["regressions"] = reads.regressions(db, run_id, compare)
+    out["fixes"] = reads.fixes(db, run_id, compare)
+    out["error_growth"] = reads.error_growth(db, run_id, compare, error_factor)
     return out
-
-
-def _trend(db, summary: dict, run_id: int, trend: int) -> list[dict]:
-    # The runs first (a list of ids reaches into the grouped view; ORDER BY ... LIMIT would not).
-    ids = [r[0] for r in db.execute("SELECT id FROM runs WHERE device IS ? AND backend IS ? AND id <= ?"
-                                    " ORDER BY id DESC LIMIT ?",
-                                    [summary["device"], summary["backend"], run_id, trend]).fetchall()]
-    return _rows(
-        db, "SELECT s.run_id, s.started_at, s.status, s.occurrences, s.executed, s.passed, s.failed, s.errors,"
-            " s.pass_rate, (SELECT count(*) FROM regressions g WHERE g.run_id = s.run_id) AS new_regressions"
-            f" FROM run_pass_rates s WHERE s.run_id IN ({', '.join('?' * len(ids))}) ORDER BY s.run_id DESC", ids)
 
 
 # ----------------------------------------------------------------------------------- rendering
@@ -271,7 +210,8 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
         out.append({"title": title, "headers": headers, "rows": shown, "inline": inline,
                     "note": " ".join(x for x in (note, more, empty if not rows else None) if x)})
 
-    for part in (_pass_rate_tables, predicted.tables, _comparison_tables, _failure_tables, _blocking_tables, _proof_and_time_tables):
+    for part in (_pass_rate_tables, predicted.tables, _comparison_tables, _failure_tables, _blocking_tables,
+                 _proof_and_time_tables):
         part(table, report)
     latency.tables(table, report.get("latency"))
     return out

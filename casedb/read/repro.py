@@ -1,15 +1,19 @@
 """`casedb repro`: one case as a standalone Python script (torch only), for an upstream bug report.
 
-The script is a fixed template (``templates/repro.py.tmpl``) plus data. Everything about the
-case -- op, inputs, seed, tolerances, the models that use it -- is one JSON document that the
-script reads with ``json.loads`` from a Python string literal written by ``repr``: no text from
-a manifest or a database ever becomes code, whatever a case or model is called. The script
+The script is a fixed template (``templates/repro.py.tmpl``) plus data. Its first ~60 lines are
+what a reader needs: the case in words (:mod:`casedb.read.repro_words`: inputs, call, judge, as
+escaped comments), the call and the comparison in ``main()``. Everything about the case -- op,
+inputs, seed, tolerances, the models that use it -- is one JSON document that the script reads
+with ``json.loads`` from a Python string literal written by ``repr``: no text from a manifest or a
+database ever becomes code, whatever a case or model is called. Below a marked line the script
 carries casedb's own code, copied with :func:`inspect.getsource` so the two cannot drift: the
-input generators of :mod:`casedb.cases.materialize`, the layout presets, the blob codec and
-:func:`casedb.judge.compare.compare`, so it rebuilds the exact inputs (same seed, same generator calls
-in the same order) and judges with the same rules as a run. It runs the op on the CPU (eager, the
-reference) and on the target device (compiled as casedb compiles: ``fullgraph=True,
-dynamic=False`` after ``torch._dynamo.reset()``). Exit status 0 when the target matches.
+input generators of :mod:`casedb.cases.materialize`, the layout presets, the blob codec and the
+judge modules that say ``IN_REPRO``, so it rebuilds the exact inputs (same seed, same generator
+calls in the same order) and judges with the same rules as a run. It runs the op on the CPU
+(eager, the reference) and on the target device (compiled as casedb compiles: ``fullgraph=True,
+dynamic=False`` after ``torch._dynamo.reset()``), the ``--import`` modules found from any folder
+(:mod:`casedb.read.repro_imports`), a ``device_layout`` laid out by the device's hook. Exit
+status 0 when the target matches.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import base64
 import inspect
 import json
 import math
+import re
 import shlex
 import textwrap
 import zlib
@@ -38,8 +43,11 @@ def _inline_module(module, together: tuple = ()) -> str:
     import ast
 
     source = inspect.getsource(module)
-    dropped = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    dropped, doc = set(), ast.get_docstring(tree) or ""
+    if doc:  # what the module is to casedb: its first sentence is enough in a script
+        dropped.update(range(tree.body[0].lineno, tree.body[0].end_lineno + 1))
+    for node in ast.walk(tree):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         for n in names:
@@ -49,7 +57,9 @@ def _inline_module(module, together: tuple = ()) -> str:
                 raise CasedbError(f"cannot copy {module.__name__} into a repro: it imports {n}")
     lines = [ln for i, ln in enumerate(source.splitlines(), 1)
              if i not in dropped and ln.strip() != "from __future__ import annotations"]
-    return f"# ---- {module.__name__}\n" + "\n".join(lines) + "\n\n"
+    first = " ".join(doc.split("\n\n")[0].split()).split(". ")[0].rstrip(".")
+    said = f"# {first}.\n\n" if doc else ""
+    return f"# ---- {module.__name__}\n{said}" + "\n".join(lines).lstrip("\n") + "\n\n"
 
 
 def carried_modules() -> list[tuple]:
@@ -189,9 +199,11 @@ def _argument(x, leaf_index: dict):
     raise CasedbError(f"cannot write {type(x).__name__} {x!r} into a script")
 
 
-def _tensor(leaf, load_blob, embed: bool = False) -> dict:
+def _tensor(leaf, load_blob, blobs_out: list, embed: bool = False) -> dict:
     """A tensor as the script rebuilds it: its generator call, or (``embed``: values no generator
-    makes, such as an extremal variant's NaN and inf) its values as a compressed blob."""
+    makes, such as an extremal variant's NaN and inf) its values as a compressed blob, appended to
+    ``blobs_out`` (the script's BLOBS, at its end: the case stays short to read); its preset and
+    device layout."""
     src, raw = dict(leaf.source), None
     if embed and "data" not in src:
         from casedb.cases import blobs
@@ -200,9 +212,12 @@ def _tensor(leaf, load_blob, embed: bool = False) -> dict:
     elif "blob" in src:
         raw = load_blob(src["blob"])
     if raw is not None:
-        src["blob"] = base64.b85encode(zlib.compress(raw, 9)).decode("ascii")
+        blobs_out.append(base64.b85encode(zlib.compress(raw, 9)).decode("ascii"))
+        src["blob"] = len(blobs_out) - 1
     if leaf.preset:
         src.update(preset=leaf.preset, preset_args=leaf.preset_args)
+    if leaf.device_layout:
+        src["device_layout"] = leaf.device_layout
     return src
 
 
@@ -253,7 +268,7 @@ def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
     """Device, backend, imports, judge, reference dtype, values and tolerances: as given, else
     as run ``run`` had them (casedb.read.repro_run), else casedb's defaults."""
     from casedb.judge import numerics
-    from casedb.read import repro_run
+    from casedb.read import repro_imports, repro_run
     from casedb.run.runspec import RunSpec
     from casedb.run.target import check_import, import_module
 
@@ -262,11 +277,12 @@ def _target(store, case: dict, occ: dict, run: int | None, given: dict) -> dict:
     # only this command line's --import: a database can come from anywhere, and casedb never
     # imports a module because a database names it (as `casedb run --resume`)
     imports = [check_import(m) for m in given["imports"]]
-    for mod in imports:
-        import_module(mod)  # so custom ops resolve while the script is written
+    # imported here so custom ops resolve and the device's layout hook is found while the script is written
+    modules = [import_module(mod) for mod in imports]
     portable = [repro_run.portable_import(m) for m in imports]
     t = {"device": given["device"] or ctx.get("device"), "backend": given["backend"] or ctx.get("backend")
-         or RunSpec().backend, "imports": portable,
+         or RunSpec().backend, "modules": modules,
+         "imports": [repro_imports.import_record(str(g), m) for g, m in zip(given["imports"], imports)],
          "run_imports": [m for m in ctx.get("imports") or [] if m not in portable],
          "judge": ctx.get("judge") or numerics.DEFAULT_JUDGE, "hi_dtype": ctx.get("reference_dtype"),
          "values": ctx.get("values") or "random", "run": run, "run_outcome": ctx.get("outcome"),
@@ -319,6 +335,7 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
     prepared = materialize.prepare(ran, load_blob=store.load_blob)
     leaf_index = {id(leaf): i for i, leaf in enumerate(prepared.leaves)}
     main = t["tolerances"].get(case["dtype"]) or t["tolerances"]["float32"]
+    blobs: list[str] = []
     data = {
         "op": _op(case["op"]), "signature": case["signature"], "shapes": case["shapes"], "dtype": case["dtype"],
         "device": t["device"], "backend": t["backend"], "rtol": main[0], "atol": main[1],
@@ -327,41 +344,55 @@ def script(store, name: str, *, device: str | None = None, backend: str | None =
         "seed": materialize.case_seed(case) & 0xFFFF_FFFF_FFFF_FFFF, "replace_device": t["replace_device"],
         "writes": info.mutated(prepared.args, prepared.kwargs),
         "metadata_only": info.metadata_only(prepared.args, prepared.kwargs),
-        "tensors": [_tensor(leaf, store.load_blob, embed=ran is not case) for leaf in prepared.leaves],
+        "tensors": [_tensor(leaf, store.load_blob, blobs, embed=ran is not case) for leaf in prepared.leaves],
         "args": [_argument(a, leaf_index) for a in prepared.args],
         "kwargs": {k: _argument(v, leaf_index) for k, v in prepared.kwargs.items()},
         "imports": t["imports"], "run_imports": t["run_imports"], "expects_error": occ.get("expects_error"),
+        "layout_hook": _layout_hook(t, prepared),
         "used_by": [{"model": r["model"], "name": r["name"], "rtol": r["rtol"], "atol": r["atol"],
                      "source": r.get("source")} for r in store.find(case["signature"])[:50]],
     }
-    return _fill(data, prepared)
+    return _fill(data, prepared, blobs)
 
 
-def _fill(data: dict, prepared) -> str:
-    """The template with casedb's own code and the case's data."""
-    from casedb.cases import blobs, generators, ops, presets
-    from casedb.judge import numerics
+def _layout_hook(t: dict, prepared) -> dict | None:
+    """Where the script finds the target device's layout hook, when an input has a device layout."""
+    from casedb.read import repro_imports
+
+    if not any(leaf.device_layout for leaf in prepared.leaves):
+        return None
+    return repro_imports.layout_hook(t["device"], t["modules"])
+
+
+def _fill(data: dict, prepared, blobs: list) -> str:
+    """The template with the case's data, the words of its head and casedb's own code."""
+    from casedb.cases import blobs as blob_codec
+    from casedb.cases import generators, ops, presets
+    from casedb.judge import judges, numerics
+    from casedb.read import repro_words
     from casedb.run import execute
 
     used_presets = sorted({leaf.preset for leaf in prepared.leaves if leaf.preset})
-    data.update(generators={init: fn.__name__ for init, fn in generators.GENERATORS.items()},
-                presets={p: presets.PRESETS[p].fn.__name__ for p in used_presets},
-                ulp=[numerics.ULP_K, numerics.ULP_FLOOR], hi_bytes=numerics.HI_REFERENCE_BYTES)
-    helpers = (_inline_module(blobs) + "".join(_inline_module(m, together=d) for m, d in carried_modules())
+    copied = {"generators": {init: fn.__name__ for init, fn in generators.GENERATORS.items()},
+              "presets": {p: presets.PRESETS[p].fn.__name__ for p in used_presets},
+              "ulp": [numerics.ULP_K, numerics.ULP_FLOOR], "hi_bytes": numerics.HI_REFERENCE_BYTES}
+    helpers = (_inline_module(blob_codec) + "".join(_inline_module(m, together=d) for m, d in carried_modules())
                + "# ---- functions of casedb.cases.generators, ops, execute, presets, judge.numerics\n"
                + _copy_with_dependencies([*generators.GENERATORS.values(), ops._setitem, execute._to_cpu,
                                           numerics.high_precision, *(presets.PRESETS[p].fn for p in used_presets)]))
     _check_names(helpers)
-    text = TEMPLATE.read_text(encoding="utf-8")
-    text = text.replace("@HELPERS@", helpers)
     # ASCII JSON escapes every line break: a module name from a database stays inside the comment
-    text = text.replace("@RUN_IMPORTS@", "# run {} was recorded with --import {} (not imported: give it to "
-                        "`casedb repro --import`)\n".format(data["run"], json.dumps(data["run_imports"]))
-                        if data["run_imports"] else "")
-    # the case in one comment line below the #! line; its text JSON-escaped: no newline in it can end the comment
-    op = data["op"]["name"] if isinstance(data["op"], dict) else data["op"]
-    said = json.dumps(f"{op}({data['shapes']}) computing in {data['dtype']}, signature {data['signature'][:16]}")
-    first, _, rest = text.partition("\n")
-    text = f"{first}\n# case: {said[1:-1]}\n{rest}"
+    values = {"HELPERS": helpers, "RUN_IMPORTS": "# run {} was recorded with --import {} (not imported: give it "
+              "to `casedb repro --import`)\n".format(data["run"], json.dumps(data["run_imports"]))
+              if data["run_imports"] else "",
+              **repro_words.head_words(data, getattr(judges.JUDGES.get(data["judge"]), "by_ulp", False))}
     # repr of a str is a Python string literal whatever it holds: the case is data, never code
-    return text.replace("@CASE_JSON@", repr(json.dumps(data, ensure_ascii=False, sort_keys=True)), 1)
+    values.update({key: repr(json.dumps(value, ensure_ascii=False, sort_keys=True)) for key, value in
+                   (("COPIED_JSON", copied), ("BLOBS_JSON", blobs), ("CASE_JSON", data))})
+    # one pass over the template: no placeholder is looked for in what replaced another
+    text = re.sub(r"@([A-Z_]+)@", lambda m: values[m.group(1)], TEMPLATE.read_text(encoding="utf-8"))
+    # the case in one comment line below the #! line; its text JSON-escaped: no newline in it can end the comment
+    said = json.dumps(f"{data['op']['name']}({data['shapes']}) computing in {data['dtype']}, "
+                      f"signature {data['signature'][:16]}")
+    first, _, rest = text.partition("\n")
+    return f"{first}\n# case: {said[1:-1]}\n{rest}"

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 from casedb.errors import CasedbError
-from casedb.store import history
+from casedb.store.reads_run_results import case_judgement, case_result
+from casedb.store.run_rows import get_run
 
 
 def portable_import(name: str, cwd: Path | None = None) -> str:
@@ -29,12 +30,10 @@ def run_context(db, run_id: int, signature: str, occurrence: dict) -> dict:
     ``device``, ``backend``, ``imports``, ``judge``, ``reference_dtype``, ``values``,
     ``replace_device``, ``tolerances`` (dtype -> [rtol, atol], None when the run stored none),
     ``tolerance_note`` (where they came from), ``outcome`` (the occurrence's) and ``result_outcome``."""
-    run = history.get_run(db, run_id, "--run")
+    run = get_run(db, run_id, "--run")
     options = run["selection"].get("options") or {}
-    result = db.execute("SELECT outcome, judge, metrics FROM results WHERE run_id = ? AND signature = ? "
-                        "ORDER BY id LIMIT 1", [run_id, signature]).fetchone()
-    judged = db.execute("SELECT outcome, rtol, atol FROM judgements WHERE run_id = ? AND signature = ? AND model = ? "
-                        "ORDER BY id LIMIT 1", [run_id, signature, occurrence["model"]]).fetchone()
+    result = case_result(db, run_id, signature)
+    judged = case_judgement(db, run_id, signature, occurrence["model"])
     if result is None and judged is None:
         raise CasedbError(f"run {run_id} did not run case {signature[:16]} ({occurrence['model']}::"
                           f"{occurrence['name']}); see `casedb report --run {run_id}` for what it ran")

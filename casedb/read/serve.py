@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import webbrowser
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import yaml
 
 from casedb.errors import CasedbError
 from casedb.read.serve_settings import DB_NAME, MAX_SQLITE_HEAP, SETTINGS
+from casedb.store import serving
 
 METADATA = Path(__file__).with_name("datasette_metadata.yaml")
 
@@ -42,20 +42,14 @@ def prepare(db_path: str | os.PathLike | None) -> Path:
     from casedb.ingest.seed import open_seeded
 
     with open_seeded(db_path, wal=False) as store:
-        store.db.execute("PRAGMA busy_timeout = 1000")  # a run writing for longer: say so, do not wait
-        busy, _, _ = store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
+        if serving.fold_wal(store):  # a run writing for longer than a second: say so, do not wait
             raise CasedbError(f"{store.path} is being written (a run in progress?); serve it when the run is done")
         return store.path.resolve()
 
 
 def limit_sqlite_heap(limit: int = MAX_SQLITE_HEAP) -> None:
     """Cap SQLite's heap for this whole process (a query past it fails with SQLITE_NOMEM)."""
-    con = sqlite3.connect(":memory:")
-    try:
-        con.execute(f"PRAGMA hard_heap_limit = {int(limit)}")
-    finally:
-        con.close()
+    serving.limit_sqlite_heap(limit)
 
 
 def make_datasette(path: Path):

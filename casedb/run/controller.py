@@ -23,6 +23,7 @@ from casedb.run.plan import param_id
 from casedb.run.runspec import SELECTION_VERSION
 from casedb.run.session import Cases, db_lock, listing_only, xdist_controller
 from casedb.run.target import entries_timeout, lost_payload, resolve_arch, resolve_device, triage_entries
+from casedb.store.records import Payload
 from casedb import triage as triage_mod
 
 _TAIL = 4000  # characters of a dead worker's log kept for its crashed result
@@ -35,7 +36,7 @@ class Controller:
     def __init__(self, cases: Cases):
         self.cases = cases
         self.config = cases.config
-        self.conn = None
+        self.store = None  # the DB, open while the session records (casedb.store.database.Store)
         self.recorders: dict = {}   # backend (None: the spec's) -> the Recorder of its run
         self.recorded: set = set()  # (backend, plan key)
         self.started: dict[str, float] = {}
@@ -64,15 +65,14 @@ class Controller:
             raise pytest.UsageError(str(e)) from None
 
     def _attach_run(self) -> None:
-        from casedb.store import history  # (see casedb.run.session)
+        from casedb.store.database import open_store  # (see casedb.run.session)
+        from casedb.store.recorder import high_water
+        from casedb.store.run_rows import get_run
 
-        conn = history.connect(self.cases.db_path)
-        try:
-            history.get_run(conn, self.cases.run_id)
+        with open_store(self.cases.db_path) as store:
+            get_run(store.conn, self.cases.run_id)
             # what the run had before this session: every process skips exactly that
-            self.cases.upto = history.high_water(conn, self.cases.run_id)
-        finally:
-            conn.close()
+            self.cases.upto = high_water(store.conn, self.cases.run_id)
 
     def pytest_configure_node(self, node):
         node.workerinput["casedb"] = {"db": self.cases.db_path, "upto": list(self.cases.upto) if self.cases.upto else None}
@@ -91,7 +91,10 @@ class Controller:
         self.selected = [n for n in nodeids if param_id(n) is not None]
         if self.cases.run_id is None and not self.selected:
             return  # a session without model-op tests records nothing
-        from casedb.store import history  # (see casedb.run.session)
+        from casedb.store.database import open_store  # (see casedb.run.session)
+        from casedb.store.recorder import Recorder
+        from casedb.store.run_lifecycle import start_run
+        from casedb.store.run_rows import get_run, update_selection
 
         first = next(iter(self.cases.backend_runs), None)  # every backend runs the same cases
         items = [it for it in (self.cases.item_for(n) for n in self.selected
@@ -103,27 +106,28 @@ class Controller:
         figures = {"cases": len(items), "occurrences": sum(len(it.occurrences) for it in items),
                    "available": len(self.cases.plan())}
         figures["duplicates_skipped"] = figures["occurrences"] - figures["cases"] if dedupe else 0
-        self.conn = history.connect(self.cases.db_path)
+        self.store = open_store(self.cases.db_path)
+        conn = self.store.conn
         if self.cases.run_id is None:
-            self.cases.run_id = history.start_run(
-                self.conn, selection={"version": SELECTION_VERSION, "options": self.cases.spec.selection(),
+            self.cases.run_id = start_run(
+                conn, selection={"version": SELECTION_VERSION, "options": self.cases.spec.selection(),
                                       "source": "pytest"},
                 args=[str(a) for a in self.config.invocation_params.args],
                 device=self.cases.spec.device, backend=self.cases.spec.backend,
                 software=software.describe(self.cases.spec.imports, self.cases.spec.device))
             # the arch the run resolved (sm_90), which `triage update` scopes entries to
-            history.update_selection(self.conn, self.cases.run_id, planned=figures, pid=os.getpid(),
-                                     arch=self._triage()[1]["arch"])
+            update_selection(conn, self.cases.run_id, planned=figures, pid=os.getpid(),
+                             arch=self._triage()[1]["arch"])
         else:
             for run_id in self._runs().values():
-                sel = history.get_run(self.conn, run_id)["selection"]
+                sel = get_run(conn, run_id)["selection"]
                 changes = {"pid": os.getpid()}
                 if sel.get("planned") is None:
                     changes["planned"] = figures
                 else:
                     changes["remaining"] = figures
-                history.update_selection(self.conn, run_id, **changes)
-        self.recorders = {b: history.Recorder(self.conn, run_id) for b, run_id in self._runs().items()}
+                update_selection(conn, run_id, **changes)
+        self.recorders = {b: Recorder(conn, run_id) for b, run_id in self._runs().items()}
         self.loop_started = self.loop_last = time.monotonic()
         self.config.hook.pytest_casedb_planned(config=self.config, total=len(items) * len(self.recorders),
                                                figures={**figures, "run_id": self.cases.run_id})
@@ -203,7 +207,7 @@ class Controller:
                                            "arch": resolve_arch(device, spec.arch)})
         return self._triage_where
 
-    def _lost_payload(self, it, outcome: str, reason: str, detail: str | None = None) -> dict:
+    def _lost_payload(self, it, outcome: str, reason: str, detail: str | None = None) -> Payload:
         triage, where = self._triage()
         return lost_payload(it, outcome, reason, detail, triage=triage, where=where)
 
@@ -215,7 +219,7 @@ class Controller:
         t = getattr(self.config.option, "timeout", None)
         return (float(t), f"--timeout {float(t):g} s") if t else (None, "")
 
-    def _lost(self, it, report, worker):
+    def _lost(self, it, report, worker) -> Payload:
         """A report without casedb's payload: a crash, a timeout, or an error outside the core."""
         text = _longrepr(report)
         limit, limit_text = self._timeout(it)
@@ -259,20 +263,18 @@ class Controller:
         return missing
 
     def pytest_sessionfinish(self, session, exitstatus):
-        from casedb.store import history  # (see casedb.run.session)
+        from casedb.store.database import open_store  # (see casedb.run.session)
+        from casedb.store.run_lifecycle import finish_run
 
         # a session pytest could not complete (collection errors, Ctrl-C) leaves the run resumable
         broken = int(exitstatus) not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
         if not self.recorders:
             if self.cases.run_id is not None and not self.config.option.collectonly:
                 # casedb run made the run rows, and nothing was run: close them
-                conn = history.connect(self.cases.db_path)
-                try:
+                with open_store(self.cases.db_path) as store:
                     for run_id in self._runs().values():
-                        history.finish_run(conn, run_id, "interrupted" if self.fatal or broken else "finished",
-                                           fatal=self.fatal)
-                finally:
-                    conn.close()
+                        finish_run(store.conn, run_id, "interrupted" if self.fatal or broken else "finished",
+                                   fatal=self.fatal)
             return
         stopped = broken or self.fatal or session.shouldstop or session.shouldfail
         for backend, run_id in self._runs().items():
@@ -286,10 +288,10 @@ class Controller:
             # this session's run loop: from the cases being ready to run to the last one recorded
             session_figures = {"cases": sum(b == backend for b, _ in self.recorded),
                                "loop_s": round(self.loop_last - self.loop_started, 4)}
-            self.summaries[run_id] = history.finish_run(self.conn, run_id, "finished" if complete else "interrupted",
-                                                        error=error, fatal=self.fatal, session=session_figures)
-        self.conn.close()
-        self.conn = None
+            self.summaries[run_id] = finish_run(self.store.conn, run_id, "finished" if complete else "interrupted",
+                                                error=error, fatal=self.fatal, session=session_figures)
+        self.store.close()
+        self.store = None
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if config.option.casedb_show_skipped and self.skips:
@@ -314,7 +316,7 @@ class Controller:
             terminalreporter.line(f"casedb: stopped: {self.fatal}", red=True)
 
 
-def _payload(report) -> dict | None:
+def _payload(report) -> Payload | None:
     for key, value in getattr(report, "user_properties", ()) or ():
         if key == "casedb":
             return json.loads(value)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from casedb.cases import dtypes
 from casedb.cases import marks as marks_mod
 from casedb.serial import loads
+from casedb.store.reads_plan import plan_rows
 
 SMOKE_SIZE = 3
 TEST_NAME = "test_model_op"
@@ -170,15 +171,6 @@ def param_id(nodeid: str) -> str | None:
     return nodeid[at + len(marker):-1]
 
 
-# One query, JSON decoded in Python (10k cases plan in well under a second).
-_PLAN_SQL = """SELECT mc.id, mc.model, mc.name, mc.signature, mc.op, mc.shapes, mc.dtype, mc.seed, mc.inputs,
-                      mc.attrs, mc.marks, mc.rtol, mc.atol, mc.skip_if, mc.expects_error, mc.xfail, mc.source,
-                      m.defaults
-               FROM occurrences mc JOIN models m ON m.name = mc.model
-               WHERE mc.retired_at IS NULL {where}
-               ORDER BY mc.model, mc.position, mc.id"""
-
-
 def _check_tolerances(model: str, name: str, own: dict, defaults: dict) -> None:
     """CasedbError for a tolerance the DB holds that import refuses (infinite, NaN: stored by an
     older casedb or by hand): it would pass every result, and its results could not be stored."""
@@ -201,16 +193,12 @@ def build_plan(store, models: list[str] | None = None, *, dedupe: bool = True, s
 
     ``smoke``: only a few small cases (what a plain ``pytest`` without ``--model`` runs).
     """
-    where, params = "", []
-    if models:
-        names = [store.model(m)["name"] for m in models]
-        where = f"AND mc.model IN ({','.join('?' * len(names))})"
-        params = names
+    names = [store.model(m)["name"] for m in models] if models else None
     items: list[PlanItem] = []
     by_sig: dict[str, PlanItem] = {}
     defaults_of: dict = {}
     for (mcid, model, name, sig, op, shapes, dtype, seed, inputs, attrs, marks, rtol, atol, skip_if,
-         expects, xfail, source, defaults) in store.db.execute(_PLAN_SQL.format(where=where), params):
+         expects, xfail, source, defaults) in plan_rows(store.db, names):
         marks = loads(marks)
         if model not in defaults_of:
             defaults_of[model] = {k: v for k, v in (loads(defaults) or {}).items() if k in ("dtype", "rtol", "atol")}

@@ -6,7 +6,7 @@ and pytest-timeout for hangs. :func:`run` creates (or reopens, for ``--resume``)
 hands the :class:`~casedb.run.runspec.RunSpec` to that session as pytest options, shows progress
 and returns the run's summary. The parts live in their own modules: the plan
 (:mod:`casedb.run.plan`), the target and one case's execution (:mod:`casedb.run.target`), the history
-rows (:mod:`casedb.store.history`), merging shard databases (:mod:`casedb.store.merge`) and the terminal
+rows (:mod:`casedb.store.run_lifecycle`), merging shard databases (:mod:`casedb.store.merge`) and the terminal
 (:mod:`casedb.run.console`).
 """
 
@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,10 @@ from casedb.run.runspec import SAME, SELECTION_VERSION, RunSpec, spec_fields
 from casedb.run.session import usable_cpus
 from casedb.run import software
 from casedb.run.target import TargetError, check_import
-from casedb.store import history
+from casedb.store.database import open_store
+from casedb.store.records import RunSummary
+from casedb.store.run_lifecycle import finish_run, pid_alive, reopen_run, start_run
+from casedb.store.run_rows import get_run
 from casedb.ingest.seed import open_seeded
 from casedb import triage
 
@@ -64,9 +68,9 @@ def _resume_spec(conn, run_id: int, given: RunSpec) -> RunSpec:
     """The spec to finish run ``run_id`` with: its stored selection, ``given``'s how, and the
     ``--import`` modules only as given again on this command line (a database can come from
     anywhere: casedb never imports a module because a database names it)."""
-    run_row = history.get_run(conn, run_id)
+    run_row = get_run(conn, run_id)
     sel = run_row["selection"]
-    if run_row["status"] == "running" and run_row["host"] == socket.gethostname() and history.pid_alive(sel.get("pid")):
+    if run_row["status"] == "running" and run_row["host"] == socket.gethostname() and pid_alive(sel.get("pid")):
         raise CasedbError(f"run {run_id} is still running (pid {sel.get('pid')}); "
                           "wait for it, or kill it first and resume then")
     saved = sel.get("options")
@@ -85,11 +89,9 @@ def _resume_spec(conn, run_id: int, given: RunSpec) -> RunSpec:
         raise CasedbError(f"run {run_id} was recorded with --import {', '.join(missing)}; casedb never imports a "
                           f"module because a database names it (the file may come from elsewhere): review it and "
                           f"give it again to resume: casedb run --resume {run_id} {again}")
-    spec.imports = given_imports
     # triage files too come from this command line (or its defaults), never from paths the
     # database names: a file from elsewhere could point casedb at any file
-    spec.triage = list(given.triage or [])
-    return spec
+    return replace(spec, imports=given_imports, triage=list(given.triage or []))
 
 
 def _overridden(given: RunSpec, stored: RunSpec) -> list[str]:
@@ -111,8 +113,8 @@ def _overridden(given: RunSpec, stored: RunSpec) -> list[str]:
 
 
 def run(spec: RunSpec, *, db: str | os.PathLike | None = None, resume: int | None = None,
-        progress: bool = True, console=None) -> dict:
-    """`casedb run`: record a run of the selected cases; returns its summary (see history.summarize).
+        progress: bool = True, console=None) -> RunSummary:
+    """`casedb run`: record a run of the selected cases; returns its summary (see casedb.store.run_figures.summarize).
 
     ``resume``: finish run `resume` (its selection and target are reused; jobs, timeout and
     fail-fast come from ``spec``, and its ``--import`` modules must be given again) — every case
@@ -143,30 +145,26 @@ def _check_store(spec: RunSpec, db, resume: int | None) -> tuple[Path, int]:
 
 def _start(spec: RunSpec, db_path: Path, resume: int | None) -> tuple[RunSpec, int]:
     """(the checked spec, the run id): a new run, or run ``resume`` reopened."""
-    conn = history.connect(db_path)
-    try:
+    with open_store(db_path) as store:
+        conn = store.conn
         if resume is not None:
             spec = _resume_spec(conn, resume, spec)
         spec.validate()
-        # files are kept by absolute path, so --resume works from anywhere
-        spec.imports = [check_import(n) for n in spec.imports]
-        spec.triage = triage.run_paths(spec.triage, shipped=spec.shipped_triage)
+        # files are kept by absolute path, so --resume works from anywhere; casedb run without
+        # --model runs every model (pytest: a smoke set; a resumed pytest run keeps the set it had)
+        spec = replace(spec, imports=[check_import(n) for n in spec.imports],
+                       triage=triage.run_paths(spec.triage, shipped=spec.shipped_triage),
+                       all_models=spec.all_models or (resume is None and not spec.models))
         if spec.triage:  # checked before anything runs: a typo'd key is exit 2, not a silent no-op
-            with open_seeded(db_path) as store:
-                triage.require_clean(spec.triage, store)
+            triage.require_clean(spec.triage, store)
         if resume is not None:
-            history.reopen_run(conn, resume)
+            reopen_run(conn, resume)
             return spec, resume
-        # casedb run without --model runs every model (pytest: a smoke set; a resumed pytest
-        # run keeps the set it had)
-        spec.all_models = spec.all_models or not spec.models
-        run_id = history.start_run(
+        run_id = start_run(
             conn, selection={"version": SELECTION_VERSION, "options": spec.selection(), "source": "casedb run"},
             args=sys.argv[1:], device=spec.device, backend=spec.backend,
             software=software.describe(spec.imports, spec.device))
         return spec, run_id
-    finally:
-        conn.close()
 
 
 def _session(spec: RunSpec, db_path: Path, run_id: int, max_cases: int, ui: Progress,
@@ -188,18 +186,15 @@ def _session(spec: RunSpec, db_path: Path, run_id: int, max_cases: int, ui: Prog
         return int(code), log.read_text(encoding="utf-8", errors="replace")
 
 
-def _finish(db_path: Path, run_id: int, code: int, text: str) -> dict:
+def _finish(db_path: Path, run_id: int, code: int, text: str) -> RunSummary:
     """The run's summary; a run the session never closed is closed as interrupted; raises when
     the target was unusable or pytest could not run the session."""
-    conn = history.connect(db_path)
-    try:
-        run_row = history.get_run(conn, run_id)
+    with open_store(db_path) as store:
+        run_row = get_run(store.conn, run_id)
         if run_row["status"] == "running":  # the plugin never got to close it
-            history.finish_run(conn, run_id, "interrupted", error=f"pytest exit code {code}")
-            run_row = history.get_run(conn, run_id)
+            finish_run(store.conn, run_id, "interrupted", error=f"pytest exit code {code}")
+            run_row = get_run(store.conn, run_id)
         summary = run_row["summary"]
-    finally:
-        conn.close()
     summary["pytest_exit_code"] = code
     if summary.get("fatal"):
         raise TargetError(f"run {run_id}: {summary['fatal']}")

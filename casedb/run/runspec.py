@@ -79,9 +79,11 @@ def default_backend() -> str:
     return os.environ.get("TEST_COMPILE_BACKEND") or "inductor"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSpec:
-    """What a run selects and where, and how it runs. See the module docstring."""
+    """What a run selects and where, and how it runs. See the module docstring. Immutable once
+    built: a changed spec is a new one (``dataclasses.replace``), so every process of a run and
+    the stored selection see the values it was built with."""
 
     # ------------------------------------------------------------------ what: the selection
     models: list = opt(None, Flag(
@@ -185,13 +187,14 @@ class RunSpec:
                                          pytest="--casedb-threads", what=False, target=True, metavar="N"))
 
     def __post_init__(self):
-        # the one place the default backend is decided
-        if self.backend is None:
-            self.backend = default_backend()
-        self.models = list(self.models or [])
-        self.imports = list(self.imports or [])
-        # a run stored before --op was repeatable keeps one op, or None
-        self.op = [self.op] if isinstance(self.op, str) else list(self.op or [])
+        # (frozen: the constructor's own normalization sets through object.__setattr__); the one
+        # place the default backend is decided
+        normal = {"backend": default_backend() if self.backend is None else self.backend,
+                  "models": list(self.models or []), "imports": list(self.imports or []),
+                  # a run stored before --op was repeatable keeps one op, or None
+                  "op": [self.op] if isinstance(self.op, str) else list(self.op or [])}
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)
 
     # ------------------------------------------------------------------ derived views
     def selection(self) -> dict:

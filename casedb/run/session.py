@@ -39,7 +39,9 @@ def spec_dest(name: str) -> str:
 
 
 def spec_from_config(config) -> RunSpec:
-    """This session's RunSpec, from its options."""
+    """This session's RunSpec, from its options, built once (every process of the session builds
+    the same): the triage files are those it loads, the project's ``triage/*.yaml`` and the shipped
+    triage included, unless casedb run handed the session the files it chose."""
     opt = config.option
     values = {f.name: getattr(opt, spec_dest(f.name)) for f, flag in spec_fields() if flag.pytest}
     values["keyword"] = getattr(opt, "keyword", None) or None
@@ -47,6 +49,11 @@ def spec_from_config(config) -> RunSpec:
     values["jobs"] = int(getattr(opt, "numprocesses", None) or 0)
     values["timeout"] = float(getattr(opt, "timeout", None) or 0)
     values["fail_fast"] = getattr(opt, "maxfail", 0) == 1
+    if opt.casedb_run_id is None:
+        # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
+        # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
+        values["triage"] = run_paths(values["triage"], cwd=Path(config.invocation_params.dir),
+                                     shipped=values["shipped_triage"])
     return RunSpec(**values)
 
 
@@ -60,13 +67,10 @@ class Cases:
         self._db_path = shared.get("db")
         self.upto = tuple(shared["upto"]) if shared.get("upto") else None  # the run's rows before this session
         self.spec = spec_from_config(config)
-        self.triage_implicit: list = []  # the files loaded that no option named (the summary says so)
-        if config.option.casedb_run_id is None:  # (casedb run hands its session the files it chose)
-            # the project's triage/*.yaml, as casedb run finds them (the invocation directory, not
-            # rootdir: pytest's rootdir follows path-like option values), and the shipped triage
-            self.triage_implicit = implicit_paths(self.spec.triage, cwd=Path(config.invocation_params.dir))
-            self.spec.triage = run_paths(self.spec.triage, cwd=Path(config.invocation_params.dir),
-                                         shipped=self.spec.shipped_triage)
+        # the files loaded that no option named (the summary says so; casedb run says its own)
+        cwd = Path(config.invocation_params.dir)
+        self.triage_implicit: list = ([] if config.option.casedb_run_id is not None
+                                      else implicit_paths(config.option.casedb_triage, cwd=cwd))
         self.smoke = not self.spec.models and not self.spec.all_models and not narrowed(self.spec)
         self.run_id = config.option.casedb_run_id
         self.backend_runs = parse_backend_runs(getattr(config.option, "casedb_backend_runs", None))

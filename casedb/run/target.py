@@ -5,7 +5,7 @@
 imports the modules and checks the device and backend once per process; :func:`execute_item`
 runs one item with the execution core (:mod:`casedb.run.execute`) and judges it once per model
 occurrence, with that occurrence's tolerances, ``expects_error``, ``xfail_if`` and ``skip_if``.
-The payload it returns is what the recording process stores (:mod:`casedb.store.history`).
+The payload it returns is what the recording process stores (:mod:`casedb.store.recorder`).
 """
 
 from __future__ import annotations
@@ -21,20 +21,21 @@ from typing import Callable
 
 from casedb import outcomes
 from casedb.cases import dtypes, valid_inputs
-from casedb.cases.safe_eval import evaluate_condition
 from casedb.errors import CasedbError
 from casedb.judge import judges, numerics
 from casedb.judge.numerics import DEFAULT_JUDGE
+from casedb.run.decide import expected, final_verdict, first_true, triage_target
 from casedb.run.plan import Occurrence
 from casedb.run.runspec import RunSpec, default_backend
 from casedb.store import result_columns
+from casedb.store.records import Judgement, Payload
 from casedb import triage as triage_mod
 
 
 @dataclass
 class Target:
     """Where and how the cases run (the same for every case of a run): the RunSpec fields flagged
-    ``target``, with their defaults (tests/test_run_layout.py keeps the two in step)."""
+    ``target``, with their defaults (tests/run/test_run_layout.py keeps the two in step)."""
 
     device: str | None = None
     backend: str = field(default_factory=default_backend)
@@ -218,20 +219,17 @@ def condition_env(target: Target, case: dict, model: str | None) -> dict:
             "op": case["op"], "model": model, "cfg": cfg}
 
 
-def _first_true(conditions, env) -> str | None:
-    for cond in conditions or ():
-        if evaluate_condition(cond["expr"], env):
-            return cond.get("reason") or cond["expr"]
-    return None
-
-
 def _judgement(occ: Occurrence, outcome: str, reason: str, *, rtol=None, atol=None, stage=None,
-               triaged=None) -> dict:
-    triaged = triaged or {}
+               triage: str | None = None, where: str | None = None) -> Judgement:
     return {"model_case_id": occ.model_case_id, "model": occ.model, "name": occ.name,
             "outcome": outcome, "reason": reason, "rtol": rtol if rtol is not None else occ.rtol,
-            "atol": atol if atol is not None else occ.atol, "stage": stage,
-            "triage": triaged.get("triage"), "triage_where": triaged.get("where")}
+            "atol": atol if atol is not None else occ.atol, "stage": stage, "triage": triage, "triage_where": where}
+
+
+def _judged(occ: Occurrence, v) -> Judgement:
+    """The judgement row of an occurrence's final verdict (casedb.run.decide)."""
+    return _judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triage=v.triage,
+                      where=v.triage_where)
 
 
 def triage_case(item, occ: Occurrence) -> dict:
@@ -240,37 +238,17 @@ def triage_case(item, occ: Occurrence) -> dict:
             "dtype": item.dtype, "marks": occ.marks or []}
 
 
-def triage_target(target) -> dict:
-    return {"device": target.device, "backend": target.backend, "arch": target.arch}
-
-
-def _triaged(triage, entry, outcome: str, reason: str, stage: str | None,
-             on: dict | None = None) -> tuple[str, str, dict]:
-    """(outcome, reason, the triage reading) of a raw verdict under the run's triage files (``on``:
-    the target, which a hint names)."""
-    t = triage_mod.verdict(entry, outcome, stage=stage, unlisted=triage.unlisted if triage else "unspecified",
-                           target=on)
-    out, why = t["outcome"] or outcome, reason
-    if out != outcome and t["reason"]:
-        # an entry `triage update` wrote holds the failure's own reason (cut short): say it once
-        said = t["reason"].removesuffix("...").removesuffix("…")
-        why = reason if reason.startswith(said) else f"{t['reason']}: {reason}"
-    if t["hint"] and t["triage"] != "new":  # (a new failure's hint is the summary's, once per run)
-        why = f"{why} [{t['hint']}]"
-    return out, why, t
-
-
 _RESULT_FROM_VERDICT = result_columns.FROM_VERDICT  # the rest of a result row: _executed_payload, execute_item
+_NOT_METRICS = ("outcome", "reason", "triage", "triage_where")  # Verdict fields the row or the judgements hold
 
 
-def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> dict:
-    """Run one plan item on a prepared target and judge it for each occurrence, with the
-    tolerances casedb.judge.numerics gives it (``rules``: tolerance rules) and read under the run's
-    triage files (``triage``: a casedb.triage.entries.Triage); returns the payload the recording process
-    stores (JSON-safe): outcome, reason, result row, judgements."""
+def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(), triage=None) -> Payload:
+    """Run one plan item on a prepared target and decide each occurrence's final verdict once
+    (casedb.run.decide.final_verdict), with the tolerances casedb.judge.numerics gives it (``rules``:
+    tolerance rules) and read under the run's triage files (``triage``: a casedb.triage.entries.Triage);
+    returns the payload the recording process stores (JSON-safe): outcome, reason, result row, judgements."""
     # (both import torch: only the processes that run cases pay for it)
     from casedb.cases import value_ranges
-    from casedb.judge.verdict import judge
     from casedb.run import execute
 
     judgements, active = _active_occurrences(item, target, triage)
@@ -293,12 +271,10 @@ def execute_item(item, target, load_blob: Callable[[str], bytes] | None, rules=(
     found = ex.dtypes() or [item.dtype]
     verdicts = []
     for occ, env, entry in active:
-        xfail = _first_true([occ.xfail] if occ.xfail else None, env)
-        v = judge(ex, tolerances=policy.tolerances(vars(occ), item.case, found), judge=target.judge,
-                  expects_error=occ.expects_error, xfail=xfail, xfail_strict=(occ.xfail or {}).get("strict", True))
-        v.outcome, v.reason, t = _triaged(triage, entry, v.outcome, v.reason, v.stage, triage_target(target))
+        v = final_verdict(ex, occ, env, entry, tolerances=policy.tolerances(vars(occ), item.case, found),
+                          target=target, triage=triage)
         verdicts.append((occ, v))
-        judgements.append(_judgement(occ, v.outcome, v.reason, rtol=v.rtol, atol=v.atol, stage=v.stage, triaged=t))
+        judgements.append(_judged(occ, v))
     payload = _executed_payload(ex, verdicts, judgements)
     payload["result"]["input_values"] = target.values  # the variants of one case stay apart
     if target.measure and payload["outcome"] == "passed" and target.values == "random":
@@ -318,10 +294,10 @@ def _active_occurrences(item, target, triage) -> tuple[list, list]:
         if entry is not None and not entry.runs:  # exclude: not judged; not_supported: skipped, never run
             t = triage_mod.verdict(entry, None)
             if t["outcome"] == "skipped":
-                judgements.append(_judgement(occ, "skipped", t["reason"], triaged=t))
+                judgements.append(_judgement(occ, "skipped", t["reason"], triage=t["triage"], where=t["where"]))
             continue
         env = condition_env(target, item.case, occ.model)
-        why = None if target.run_skipped else _first_true(occ.skip_if, env)
+        why = None if target.run_skipped else first_true(occ.skip_if, env)
         if why:
             judgements.append(_judgement(occ, "skipped", why))
         else:
@@ -329,7 +305,7 @@ def _active_occurrences(item, target, triage) -> tuple[list, list]:
     return judgements, active
 
 
-def _invalid_payload(invalid: list[str], active: list, judgements: list, target) -> dict:
+def _invalid_payload(invalid: list[str], active: list, judgements: list, target) -> Payload:
     """The case's own fault (`casedb check` lists it): never run it — on a device an index out of
     bounds can take the worker down — and report it with the bad cases, apart from the backend's."""
     reason = f"invalid case (casedb check): {'; '.join(invalid)}"
@@ -339,8 +315,8 @@ def _invalid_payload(invalid: list[str], active: list, judgements: list, target)
                        "error_type": "InvalidCase", "error_message": reason}}
 
 
-def _executed_payload(ex, verdicts: list, judgements: list) -> dict:
-    """The payload of an executed item: its result row is the worst occurrence's verdict."""
+def _executed_payload(ex, verdicts: list, judgements: list) -> Payload:
+    """The payload of an executed item: its result row is the worst occurrence's final verdict."""
     occ, v = min(verdicts, key=lambda ov: outcomes.severity(ov[1].outcome))
     vd = v.to_dict()
     result = {k: vd.get(k) for k in _RESULT_FROM_VERDICT}
@@ -350,7 +326,7 @@ def _executed_payload(ex, verdicts: list, judgements: list) -> dict:
                   exercised=int(ex.exercised) if ex.target is not None else None,
                   lowering=(ex.lowering or {}).get("kind"))
     exd = ex.to_dict()
-    metrics = {k: vd[k] for k in vd if k not in _RESULT_FROM_VERDICT and k not in ("outcome", "reason")}
+    metrics = {k: vd[k] for k in vd if k not in _RESULT_FROM_VERDICT and k not in _NOT_METRICS}
     metrics.update({k: exd[k] for k in ("t_setup", "t_ref_hi", "reference_dtype", "mutated", "determinism_detail",
                                         "backend_calls", "graph_ops", "lowering", "not_exercised", "notes")})
     metrics["judged_for"] = f"{occ.model}::{occ.name}"
@@ -364,7 +340,7 @@ def _executed_payload(ex, verdicts: list, judgements: list) -> dict:
 
 
 def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, triage=None,
-                 where: dict | None = None) -> dict:
+                 where: dict | None = None) -> Payload:
     """A payload for a case whose worker reported nothing: crashed, timeout, error, or a skip
     decided by pytest itself (a `skip` mark). A failing outcome is read under the run's triage
     files (``triage``, for the target ``where``: see triage_target), as an executed case's is."""
@@ -374,8 +350,11 @@ def lost_payload(item, outcome: str, reason: str, detail: str | None = None, *, 
         return {"outcome": outcome, "reason": reason, "result": None, "judgements": judgements}
     judgements = []
     for o, entry in zip(item.occurrences, triage_entries(item, triage, where)):
-        out, why, t = _triaged(triage, entry, outcome, reason, stage) if outcome != "xfailed" else (outcome, reason, None)
-        judgements.append(_judgement(o, out, why, stage=stage, triaged=t))
+        if outcome == "xfailed":  # (pytest's own xfail mark: nothing to read)
+            judgements.append(_judgement(o, outcome, reason, stage=stage))
+            continue
+        read = expected(triage, entry, outcome, reason, stage)
+        judgements.append(_judgement(o, read.outcome, read.reason, stage=stage, triage=read.triage, where=read.where))
     first = min(judgements, key=lambda j: outcomes.severity(j["outcome"]))
     result = {"outcome": first["outcome"], "reason": first["reason"], "error_type": outcome, "error_message": reason,
               "traceback": detail, "stage": stage}
@@ -395,7 +374,7 @@ def entries_timeout(entries) -> float | None:
     return max(found) if found else None
 
 
-def failure_message(payload: dict) -> str:
+def failure_message(payload: Payload) -> str:
     """What the pytest report says for an unexpected outcome: every occurrence's verdict."""
     lines = []
     for j in payload["judgements"]:

@@ -17,8 +17,8 @@ from casedb.names import model_mark
 from casedb.run.plan import in_shard, op_matches
 from casedb.run.runspec import parse_shard
 from casedb.run.session import ARG, BACKEND_SEP, Cases, item_param
-from casedb.run.target import (Target, TargetError, entries_timeout, prepare_target, triage_entries,
-                               triage_target)
+from casedb.run.decide import triage_target
+from casedb.run.target import Target, TargetError, entries_timeout, prepare_target, triage_entries
 from casedb import triage as triage_mod
 
 
@@ -152,13 +152,9 @@ class Worker:
         """The plan keys the resumed run already has a result for (empty for a new run)."""
         if self.cases.run_id is None:
             return set()
-        from casedb.store import history  # (see casedb.run.session)
+        from casedb.store.recorder import done_keys  # (see casedb.run.session)
 
-        conn = history.connect(self.cases.db_path)
-        try:
-            return history.done_keys(conn, self.cases.run_id, dedupe=self.cases.spec.dedupe, upto=self.cases.upto)
-        finally:
-            conn.close()
+        return done_keys(self.store().conn, self.cases.run_id, dedupe=self.cases.spec.dedupe, upto=self.cases.upto)
 
     def _triaged(self, item, it) -> bool:
         """Apply the triage files at collection: False when every occurrence is excluded; an

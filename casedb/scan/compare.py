@@ -5,13 +5,18 @@ the importers (only the op names matter):
 
 * **v2** — ``test_suite_config: files: [tests: [edits: ops: include: [{name: OP, ...}]]]``;
 * **v1** — ``cases: [{op: OP, ...}]`` (casedb's own manifests have this shape too);
-* **op list** — plain text, one op per line, perhaps followed by a count; ``#`` starts a comment.
+* **op list** — plain text, one op per line, perhaps followed by a count; ``#`` starts a comment;
+* **a trace** — a Kineto or Execution Trace JSON (``.json``/``.json.gz``, told apart by the
+  importers' registry), its ops read by its importer (``aten::linear`` as ``torch.ops.aten.linear.default``).
 
 Names differ in spelling between the two tracers: theirs records a compiled graph, where a
 Tensor method is ``torch.<method>`` and a Python operator is the :mod:`operator` function
 (``torch.truediv`` for ``x / y``, ``torch.and_`` for ``x & y``); casedb records what
 ``__torch_function__`` sees (``torch.Tensor.div``, ``torch.Tensor.__and__``). Both sides are
-reduced to one **key** per operator (:func:`op_key`) before they are compared.
+reduced to one **key** per operator (:func:`op_key`, the one table of spellings in
+:mod:`casedb.cases.op_identity`) before they are compared; a trace's op that does our op's work
+with its arguments laid out otherwise (``aten::slice``/``select``/``index`` for ``getitem``,
+``aten::index_put_`` for ``setitem``, ``aten::lift_fresh`` for ``torch.tensor``) is no missing op.
 
 Some of their names are no operator at all — graph bookkeeping and context managers that return
 no tensor (``torch.nn.attention.sdpa_kernel``, ``torch._C._functorch._add_batch_dim``): a
@@ -24,47 +29,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from casedb.cases import op_identity
 from casedb.scan.config import ScanError
 
 MAX_FILE_BYTES = 64 << 20  # their largest file (granite-4.0-h-tiny) is 1.5 MB
-# Namespaces stripped from a name before its key is taken (the longest first).
-_PREFIXES = ("torch.ops.aten.", "torch.nn.functional.", "torch.functional.", "torch.Tensor.", "torch.special.",
-             "torch.linalg.", "torch.")
-# Spellings of one operator: Python operators (the operator module's names and the dunders),
-# aliases and in-place/reflected forms whose kernel is the same.
-_SAME_OP = {
-    "div": ("truediv", "__truediv__", "__rtruediv__", "__itruediv__", "divide", "true_divide"),
-    "floor_divide": ("floordiv", "__floordiv__", "__rfloordiv__", "__ifloordiv__"),
-    "sub": ("__sub__", "__rsub__", "__isub__", "subtract", "rsub"),
-    "add": ("__add__", "__radd__", "__iadd__"),
-    "mul": ("__mul__", "__rmul__", "__imul__", "multiply"),
-    "eq": ("__eq__",), "ne": ("__ne__", "not_equal"), "lt": ("__lt__", "less"), "le": ("__le__", "less_equal"),
-    "gt": ("__gt__", "greater"), "ge": ("__ge__", "greater_equal"),
-    "bitwise_and": ("and_", "__and__", "__iand__", "__rand__"), "bitwise_or": ("or_", "__or__", "__ior__", "__ror__"),
-    "bitwise_not": ("invert", "__invert__", "inv"), "bitwise_xor": ("xor", "__xor__"),
-    "neg": ("__neg__", "negative"), "pow": ("__pow__", "__rpow__"), "matmul": ("__matmul__",),
-    "remainder": ("mod", "__mod__", "__rmod__"), "abs": ("__abs__",),
-}
-_ALIAS = {alias: key for key, aliases in _SAME_OP.items() for alias in aliases}
 # Names that are no operator: graph bookkeeping of a compiled trace and context managers.
 _NOT_OPERATOR = re.compile(r"^torch\.(_C\.|amp\.|nn\.attention\.|autograd\.|_dynamo\.|cuda\.|_functorch\.)")
 _LINE = re.compile(r"^\s*([A-Za-z_][\w.]*)(?:\s+\d+)?\s*$")  # a name, then perhaps a count
+TRACE_FORMATS = ("kineto", "et")  # importers.REGISTRY's names of the profilers' files
 
 
 def op_key(name: str) -> str:
     """The operator a name spells, the same for both tracers' spellings (``torch.truediv`` and
     ``torch.Tensor.div`` are ``div``; ``torch.functional.split`` and ``torch.Tensor.split``
-    are ``split``; an ATen overload drops its overload name)."""
-    short = name
-    for prefix in _PREFIXES:
-        if short.startswith(prefix):
-            short = short[len(prefix):]
-            break
-    if name.startswith("torch.ops.aten."):
-        short = short.split(".", 1)[0]
-    if short == "getitem" or short == "__getitem__" or short == "index":
-        return "getitem"
-    return _ALIAS.get(short, short)
+    are ``split``; an ATen overload drops its overload name): the one table of spellings,
+    :func:`casedb.cases.op_identity.operator_of`."""
+    return op_identity.operator_of(name)
 
 
 def is_operator(name: str) -> bool:
@@ -77,6 +57,9 @@ def read_ops(path: str | Path) -> list[str]:
     from casedb import files
 
     path = Path(path)
+    fmt = _trace_format(path)
+    if fmt:
+        return _trace_ops(path, fmt)
     try:
         text = files.read_text(path, MAX_FILE_BYTES)
     except ScanError:
@@ -86,6 +69,37 @@ def read_ops(path: str | Path) -> list[str]:
     if path.suffix in (".yaml", ".yml"):
         return _yaml_ops(text, str(path))
     return _list_ops(text, str(path))
+
+
+def _trace_format(path: Path) -> str | None:
+    """``kineto`` or ``et`` when the importers' registry detects a profiler's trace, else None."""
+    import importers
+    from casedb.errors import CasedbError
+
+    try:
+        fmt = importers.detect(path)
+    except (importers.UnknownFormat, CasedbError, OSError):  # read as the other shapes, which name the problem
+        return None
+    return fmt if fmt in TRACE_FORMATS else None
+
+
+def _trace_ops(path: Path, fmt: str) -> list[str]:
+    """The ops of a Kineto or ET trace, read by its importer (the calls it imports and those it
+    skips: the trace saw them), each as casedb stores it (``torch.ops.aten.linear.default``)."""
+    import importers
+    from casedb import names
+
+    ops: dict[str, None] = {}
+    try:
+        for rec in importers.module(fmt).parse(path):
+            op = rec.get("case", {}).get("op") if rec.get("type") == "case" else rec.get("op")
+            if isinstance(op, str) and op.strip():
+                ops[names.normalize_op(op)] = None
+    except (OSError, EOFError, ValueError, KeyError) as e:
+        raise ScanError(f"cannot read as a {fmt} trace: {type(e).__name__}: {e}", where=str(path)) from None
+    if not ops:
+        raise ScanError(f"no operator calls in the {fmt} trace (record it with record_shapes=True)", where=str(path))
+    return list(ops)
 
 
 def _list_ops(text: str, where: str) -> list[str]:
@@ -141,7 +155,8 @@ def _v2_tests(suite: dict) -> list[dict]:
 
 
 def compare(ours: list[str] | set[str], theirs: list[str]) -> dict:
-    """What their ops and ours have in common, by :func:`op_key`: ``missing`` (theirs, not ours),
+    """What their ops and ours have in common, by :func:`op_key` (a trace's op laid out otherwise,
+    ``aten::slice`` for our ``getitem``, counts as ours: ``op_identity.OTHER_LAYOUT``): ``missing`` (theirs, not ours),
     ``extra`` (ours, not theirs), ``not_operators`` (theirs, left out) and ``coverage`` (the
     percentage of their operators ours records)."""
     our_keys: dict[str, list[str]] = {}
@@ -154,9 +169,12 @@ def compare(ours: list[str] | set[str], theirs: list[str]) -> dict:
             their_keys.setdefault(op_key(name), []).append(name)
         else:
             not_operators.append(name)
-    matched = sorted(k for k in their_keys if k in our_keys)
-    missing = sorted(n for k, names in their_keys.items() if k not in our_keys for n in names)
-    extra = sorted(n for k, names in our_keys.items() if k not in their_keys for n in names)
+    # a trace's aten::slice is the work of our getitem, laid out otherwise (op_identity.OTHER_LAYOUT)
+    ours_for = {k: [o for o in (k, *op_identity.stands_for(k)) if o in our_keys] for k in their_keys}
+    theirs_cover = {o for found in ours_for.values() for o in found}
+    matched = sorted(k for k in their_keys if ours_for[k])
+    missing = sorted(n for k, names in their_keys.items() if not ours_for[k] for n in names)
+    extra = sorted(n for k, names in our_keys.items() if k not in theirs_cover for n in names)
     total = len(their_keys)
     return {"theirs": total, "ours": len(our_keys), "matched": len(matched),
             "coverage": round(100.0 * len(matched) / total, 1) if total else 100.0,

@@ -86,7 +86,10 @@ def write_version_manifest(scan_file: str | Path, out: str | Path | None = None,
         with Store(Path(tmp) / "shipped.sqlite") as shipped:
             if base:
                 import_paths(shipped, base)
-            known = {o["signature"] for o in shipped.occurrences([model], markexpr="")} if base else set()
+            held = shipped.occurrences([model], markexpr="") if base else []
+            known = {o["signature"] for o in held}
+            # the same call spelt otherwise (linear(x, w) and linear(x, w, None)) is shipped too
+            known_calls = {_call(o) for o in held}
         with Store(Path(tmp) / "scan.sqlite") as scanned:
             import_paths(scanned, [scan_file])
             occurrences = scanned.occurrences([model], markexpr="")
@@ -98,10 +101,17 @@ def write_version_manifest(scan_file: str | Path, out: str | Path | None = None,
                     f"{header.get('device', 'meta')}, paths: {paths}) that no other shipped manifest of {model} holds: "
                     f"{', '.join(p.name for p in base) or 'none'}.")
             written = export.write_file(out, lambda f, p: export.write_yaml(
-                scanned, model, f, p, keep=lambda occ: occ["signature"] not in drop, note=note))
+                scanned, model, f, p, keep=lambda occ: occ["signature"] not in drop and _call(occ) not in known_calls,
+                note=note))
     return {"model": model, "file": display_path(out), "scanned": total, "new": written,
             "already_shipped": total - written - len(repeats), "index_repeats": len(repeats),
             "transformers": header["transformers"], "base": [str(p) for p in base]}
+
+
+def _call(occ: dict) -> str:
+    from casedb.cases.call_identity import identity
+
+    return identity(occ["op"], occ["inputs"], occ["attrs"], occ["seed"])
 
 
 def index_repeats(occurrences: list[dict]) -> set[str]:

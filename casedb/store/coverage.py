@@ -1,7 +1,6 @@
 """Stored coverage predictions (``casedb coverage``; tables ``coverages``, ``coverage_models``,
 ``coverage_missing``, ``coverage_cases`` of migration m201): written whole in one transaction,
-read back by id or as the newest of a device and backend; and a run's results as the coverage
-agreement reads them."""
+read back by id or as the newest of a device and backend."""
 
 from __future__ import annotations
 
@@ -96,15 +95,3 @@ def _case(c: dict) -> dict:
     return {**c, "models": _json(c["models"], list), "enabled": None if c["enabled"] is None else bool(c["enabled"]),
             "missing": _json(c["missing"], list), "aten_ops": _json(c["aten_ops"], list)}
 
-
-def run_exists(conn: sqlite3.Connection, run_id: int) -> bool:
-    return conn.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is not None
-
-
-def run_errors(conn: sqlite3.Connection, run_id: int) -> dict:
-    """signature -> (outcome, error message) of run ``run_id``'s results (the first of a signature)."""
-    found: dict = {}
-    for sig, outcome, message in conn.execute(
-            "SELECT signature, outcome, error_message FROM results WHERE run_id = ? ORDER BY id", [run_id]):
-        found.setdefault(sig, (outcome, message))
-    return found

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import sqlite_utils
 
-from casedb.cases import marks as marks_mod
+from casedb.cases import call_identity, marks as marks_mod
 from casedb.cases.layout import case_layout, inputs_summary
 from casedb.store import schema_check
 from casedb.cases.spec import Normalized
@@ -161,12 +161,26 @@ class Store:
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite_utils.Database(connect(self.path))
+        self._conn: sqlite3.Connection | None = None
         if wal and self.db.journal_mode != "wal":
             self.db.enable_wal()
         if migrations.pending(self.db):
             migrations.apply(self.db)
 
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The file's connection with rows as sqlite3.Row (by column name), for the run history's
+        functions (:mod:`casedb.store.run_rows` and its neighbours) and the named reads; opened on
+        first use, after the schema is migrated, and closed with the store."""
+        if self._conn is None:
+            self._conn = connect(self.path)
+            self._conn.row_factory = sqlite3.Row
+        return self._conn
+
     def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
         self.db.close()
 
     def __enter__(self):
@@ -271,11 +285,11 @@ class Store:
             blobs.update(c.blobs)
             rows.append((c.signature, c.op, dumps_values(c.inputs), dumps_values(c.attrs), c.dtype, c.seed,
                          dumps(c.derived_marks), shape_summary(c.inputs, c.attrs), case_layout(c.inputs, c.attrs),
-                         stamp))
+                         call_identity.of(c), stamp))
         self._insert_rows("INSERT OR IGNORE INTO blobs (sha256, data, size) VALUES ",
                           [(k, v, len(v)) for k, v in blobs.items()])
         return self._insert_rows("INSERT OR IGNORE INTO cases (signature, op, inputs, attrs, dtype, seed, marks, "
-                                 "shapes, layout, created_at) VALUES ", rows)
+                                 "shapes, layout, identity, created_at) VALUES ", rows)
 
     def _insert_rows(self, head: str, rows: list[tuple], tail: str = "") -> int:
         """``head (?, ...), (?, ...) tail``: the rows inserted a few hundred to a statement;
@@ -451,6 +465,8 @@ def decode_occurrence(r: dict) -> dict:
 
 
 def open_store(path: str | os.PathLike | None = None, *, wal: bool = True) -> Store:
-    """Open the DB at `path` (default: :func:`db_path`). Front ends open it through
+    """Open the DB at `path` (default: :func:`db_path`): the one way casedb opens a database (a
+    :class:`Store`: schema checked, WAL, migrations applied once; ``store.db`` for sqlite-utils,
+    ``store.conn`` for rows by name). Front ends open it through
     :func:`casedb.ingest.seed.open_seeded`, which also fills a new default DB."""
     return Store(db_path(path), wal=wal)

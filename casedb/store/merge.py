@@ -1,6 +1,6 @@
 """``casedb merge``: fold runs (with their results and judgements) and any models, cases, blobs
 and model cases the target lacks from other casedb files (CI shards) into one. History rows are
-written through :mod:`casedb.store.history`.
+written through :mod:`casedb.store.recorder` and :mod:`casedb.store.run_rows`.
 
 Sources are only read (opened read-only) and may come from anywhere: each is verified whole
 before anything is written (:mod:`casedb.store.merge_source`: its schema, every case's signature
@@ -30,7 +30,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from casedb.store import history, merge_combine
+from casedb.store import merge_combine
+from casedb.store.recorder import JUDGEMENT_COLUMNS, insert_judgement, insert_result
+from casedb.store.run_lifecycle import refresh_summary
+from casedb.store.run_rows import get_run, insert_run, set_run, update_selection
 from casedb.errors import CasedbError, NotFound
 from casedb.store.merge_source import Source
 from casedb.serial import dumps, loads
@@ -46,12 +49,8 @@ def merge(target_path: str | os.PathLike, sources: list[str | os.PathLike], *, c
         for s in sources:
             _not_the_target(Path(s), target_path)
             opened.append(Source(s))
-        Store(target_path).close()  # create / migrate the target
-        conn = history.connect(target_path)
-        try:
-            return _merge_all(conn, opened, target_path, combine)
-        finally:
-            conn.close()
+        with Store(target_path) as target:  # created or migrated if need be
+            return _merge_all(target.conn, opened, target_path, combine)
     finally:
         for s in opened:
             s.close()
@@ -90,7 +89,7 @@ def _merge_all(conn, sources: list[Source], target_path: Path, combine: bool) ->
         raise
     if combined:
         report["run_id"] = combined
-        report["summary"] = history.get_run(conn, combined)["summary"]
+        report["summary"] = get_run(conn, combined)["summary"]
     return report
 
 
@@ -133,19 +132,19 @@ def _merge_one(conn, src: Source, combined) -> tuple[dict, int | None]:
                   "planned": selection.get("planned"), "host": run["host"]}
         if combined is False:
             # its uid names a target run without its rows (holders): a new identity that keeps the old
-            new_run = history.insert_run(conn, _copied_run(run, run_cols, uuid.uuid4().hex if holders else uid,
+            new_run = insert_run(conn, _copied_run(run, run_cols, uuid.uuid4().hex if holders else uid,
                                                            selection, origin))
         else:
             combined = combined or _new_combined(conn, run, selection)
-            sel = history.get_run(conn, combined)["selection"]
+            sel = get_run(conn, combined)["selection"]
             sel["merged_from"].append(origin)
-            history.set_run(conn, combined, selection=sel)
+            set_run(conn, combined, selection=sel)
             new_run = combined
         claims.setdefault(uid, []).append(new_run)
         part["runs"] += 1
         _copy_history(conn, src, run["id"], new_run, mc_map, names, part, combining=combined is not False)
         if combined is False:
-            history.refresh_summary(conn, new_run)
+            refresh_summary(conn, new_run)
     return part, (None if combined is False else combined)
 
 
@@ -240,7 +239,7 @@ def _already_there(conn, src: Source, run_id: int, holders: list[int], names: di
 
 
 def _new_combined(conn, run, selection: dict) -> int:
-    return history.insert_run(conn, {
+    return insert_run(conn, {
         "uid": uuid.uuid4().hex, "started_at": run["started_at"], "status": "finished",
         "device": run["device"], "backend": run["backend"], "torch_version": run["torch_version"],
         "casedb_version": run["casedb_version"], "host": None, "args": run["args"],
@@ -258,7 +257,7 @@ def _copy_history(conn, src: Source, run_id: int, new_run: int, mc_map: dict, na
     for r in src.conn.execute(f"SELECT id, model_case_id, {', '.join(res_cols)} FROM results WHERE run_id = ?",
                               [run_id]).fetchall():
         values = {"run_id": new_run, "model_case_id": mc_map.get(r["model_case_id"]), **{c: r[c] for c in res_cols}}
-        new_id = history.insert_result(conn, values)
+        new_id = insert_result(conn, values)
         if new_id is not None:
             res_map[r["id"]] = new_id
             part["results"] += 1
@@ -268,10 +267,10 @@ def _copy_history(conn, src: Source, run_id: int, new_run: int, mc_map: dict, na
     for j in src.conn.execute("SELECT * FROM judgements WHERE run_id = ?", [run_id]).fetchall():
         if j["result_id"] is not None and j["result_id"] not in res_map:
             continue  # its result was already in the target run (and stays)
-        values = {**{c: j[c] for c in history.JUDGEMENT_COLUMNS if c in j.keys()},
+        values = {**{c: j[c] for c in JUDGEMENT_COLUMNS if c in j.keys()},
                   "run_id": new_run, "result_id": res_map.get(j["result_id"]), "model": names.get(j["model"], j["model"]),
                   "model_case_id": mc_map.get(j["model_case_id"])}
-        if history.insert_judgement(conn, values):
+        if insert_judgement(conn, values):
             part["judgements"] += 1
         elif conflicts:
             conflicts.judgement(values, replaced=j["result_id"] in replaced)
@@ -279,7 +278,7 @@ def _copy_history(conn, src: Source, run_id: int, new_run: int, mc_map: dict, na
 
 def _close_combined(conn, run_id: int) -> None:
     """The combined run's span, status, target and summary, from its parts."""
-    parts = history.get_run(conn, run_id)["selection"]["merged_from"]
+    parts = get_run(conn, run_id)["selection"]["merged_from"]
     status = "finished" if all(p["status"] == "finished" for p in parts) else "interrupted"
 
     def one(key):
@@ -288,10 +287,10 @@ def _close_combined(conn, run_id: int) -> None:
 
     started = min((p["started_at"] for p in parts if p["started_at"]), default=None)
     ends = [p["finished_at"] for p in parts if p["finished_at"]]
-    history.set_run(conn, run_id, status=status, device=one("device"), backend=one("backend"), started_at=started,
+    set_run(conn, run_id, status=status, device=one("device"), backend=one("backend"), started_at=started,
                     finished_at=max(ends) if ends else None)
     planned = [p.get("planned") for p in parts]
     if planned and all(planned):
         totals = {k: sum(p.get(k) or 0 for p in planned) for k in ("cases", "occurrences", "duplicates_skipped")}
-        history.update_selection(conn, run_id, planned=totals)
-    history.refresh_summary(conn, run_id)
+        update_selection(conn, run_id, planned=totals)
+    refresh_summary(conn, run_id)

@@ -160,7 +160,7 @@ class Source:
 def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
     """A stored case's row as casedb would store it, or ValueError saying what does not hold."""
     from casedb import names
-    from casedb.cases import signature as sig_mod
+    from casedb.cases import call_identity, signature as sig_mod
     from casedb.cases import spec as casespec
     from casedb.cases.layout import case_layout
     from casedb.store.database import shape_summary
@@ -180,7 +180,8 @@ def verified_case(signature, op, inputs, attrs, seed, dtype) -> dict:
         return {"signature": signature, "op": op, "inputs": dumps_values(inputs), "attrs": dumps_values(attrs),
                 "seed": seed,
                 "dtype": computes, "marks": dumps(marks_mod.derive(inputs, attrs)),
-                "shapes": shape_summary(inputs, attrs), "layout": case_layout(inputs, attrs), "blobs": blobs}
+                "shapes": shape_summary(inputs, attrs), "layout": case_layout(inputs, attrs),
+                "identity": call_identity.identity(op, inputs, attrs, seed), "blobs": blobs}
     except ValueError:
         raise
     except RecursionError:

@@ -275,7 +275,7 @@ def m141_repro_run(db):
 def m152_run_ids_never_reused(db):
     # A deleted run's id is never given again (a report, a triage comment or a CI log that names
     # run 7 must not come to mean another run): the highest id deleted is kept here, by a trigger,
-    # and casedb.store.history gives a new run the id after both it and every id in runs.
+    # and casedb.store.run_rows gives a new run the id after both it and every id in runs.
     db.execute("CREATE TABLE run_id_high_water (id INTEGER NOT NULL)")
     db.execute("INSERT INTO run_id_high_water (id) SELECT ifnull(max(id), 0) FROM runs")
     db.execute("CREATE TRIGGER runs_deleted_high_water AFTER DELETE ON runs BEGIN "
@@ -345,6 +345,26 @@ def m190_run_software(db):
     # their versions and file hashes, torch's version, the environment steering torch and the
     # device): runs on one device name told apart.
     db["runs"].add_column("software", str)
+
+
+@migrations()
+def m202_opid44(db):
+    # A case's call identity (casedb.cases.call_identity): the same call written by a scan, a Kineto
+    # trace and an Execution Trace (F.linear, aten::linear) has one; an import links a call already
+    # stored to its case instead of adding a second. Signatures, names and shipped files unchanged.
+    import json
+
+    from casedb.cases.call_identity import identity
+
+    db["cases"].add_column("identity", str)
+    updates = []
+    for signature, op, inputs, attrs, seed in db.execute("SELECT signature, op, inputs, attrs, seed FROM cases").fetchall():
+        try:
+            updates.append((identity(op, json.loads(inputs or "[]"), json.loads(attrs or "{}"), seed), signature))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, StopIteration):
+            continue  # inputs casedb did not store: the case is its own call only (no identity)
+    db.conn.executemany("UPDATE cases SET identity = ? WHERE signature = ?", updates)
+    db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_identity ON cases (identity)")
 
 
 @migrations()

@@ -98,7 +98,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional, TypedDict
 
 from casedb import outcomes
 from casedb.judge import numerics
@@ -209,7 +209,7 @@ class Triage:
                 best = e
         return best
 
-    def verdict(self, case: dict, target: dict, outcome: str | None, *, stage: str | None = None) -> dict:
+    def verdict(self, case: dict, target: dict, outcome: str | None, *, stage: str | None = None) -> Reading:
         return verdict(self.entry_for(case, target), outcome, stage=stage, unlisted=self.unlisted)
 
     def rules(self, arch: str | None = None) -> list[numerics.Rule]:
@@ -219,8 +219,19 @@ class Triage:
         return [s.rule for s in self.rule_specs if s.arch is None or s.arch.matches(normalize("arch", arch))]
 
 
+class Reading(TypedDict):
+    """What :func:`verdict` says of an outcome: the record triage hands the run (casedb.run.decide)."""
+
+    outcome: Optional[str]   # the outcome under the entry (None: not selected, excluded)
+    triage: Optional[str]    # excluded, not_supported, known, expected, regression, new, unspecified
+    status: str              # the entry's status (unlisted: the files' default)
+    reason: Optional[str]
+    hint: Optional[str]      # what to do about it (update the entry's stage, remove it ...)
+    where: Optional[str]     # the entry's file:line
+
+
 def verdict(entry: Entry | None, outcome: str | None, *, stage: str | None = None,
-            unlisted: str = "unspecified", target: dict | None = None) -> dict:
+            unlisted: str = "unspecified", target: dict | None = None) -> Reading:
     """The triaged reading of a raw ``outcome`` (a casedb.outcomes name) under ``entry`` (None:
     no entry). Returns ``outcome`` (None: not selected), ``triage`` (excluded, not_supported,
     known, expected, regression, new, unspecified), ``status``, ``reason``, ``hint`` and

@@ -16,7 +16,8 @@ from casedb.triage.editor import edit
 from casedb.triage.entries import ENTRY_KEYS, SETTING_KEYS, Entry, Triage
 from casedb.triage.files import default_paths, load
 from casedb.triage.grouping import case_selector, governed, group_entries, name_clashes
-from casedb.triage.reading import Reading, occurrences, run_rows, run_target
+from casedb.store.reads_triage import Reading
+from casedb.triage.reading import occurrences, run_rows, run_target
 
 
 @dataclass

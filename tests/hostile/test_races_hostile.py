@@ -69,7 +69,8 @@ def test_import_replace_during_a_run_leaves_the_run_whole(cli, db_path, tmp_path
 def test_the_recorder_keeps_a_judgement_whose_occurrence_was_deleted_under_it(cli, db_path, tmp_path):
     """`pytest --casedb-model` plans before it records its run: an occurrence deleted in that
     window is recorded without its link, and the session goes on."""
-    from casedb.store import history
+    from casedb.store import recorder, run_lifecycle
+    from tests.helpers import store_conn
     from casedb.run.plan import build_plan
     from casedb.store.database import Store
 
@@ -83,12 +84,12 @@ def test_the_recorder_keeps_a_judgement_whose_occurrence_was_deleted_under_it(cl
     con.execute("DELETE FROM model_cases WHERE id = ?", [mcid])
     con.commit()
     con.close()
-    conn = history.connect(db_path)
+    conn = store_conn(db_path)
     try:
-        run_id = history.start_run(conn, selection={}, args=[], device="cpu", backend="eager")
+        run_id = run_lifecycle.start_run(conn, selection={}, args=[], device="cpu", backend="eager")
         payload = {"result": {"outcome": "passed"}, "judgements": [
             {"model_case_id": mcid, "model": "naps", "outcome": "passed", "reason": None, "rtol": None, "atol": None}]}
-        assert history.Recorder(conn, run_id).record(item, payload) is True
+        assert recorder.Recorder(conn, run_id).record(item, payload) is True
     finally:
         conn.close()
     assert rows(db_path, "SELECT model_case_id, model, signature, outcome FROM judgements") == [

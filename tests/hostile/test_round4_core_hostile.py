@@ -94,7 +94,9 @@ def test_repro_of_a_run_never_imports_the_modules_the_database_names(cli, db_pat
     # given on this command line, it is imported (by casedb and by the script)
     res = cli("repro", "m::a", "--run", 1, "--import", "planted_round4_ops.py", "-o", tmp_path / "given.py")
     assert res.exit_code == 0 and marker.exists(), res.output
-    assert runpy.run_path(str(tmp_path / "given.py"), run_name="repro")["CASE"]["imports"] == ["planted_round4_ops.py"]
+    assert runpy.run_path(str(tmp_path / "given.py"), run_name="repro")["CASE"]["imports"] == [
+        {"module": "planted_round4_ops", "file": str(tmp_path / "planted_round4_ops.py"), "folder": str(tmp_path),
+         "given": "file"}]
 
 
 # ------------------------------------------------------- 4: marks that would be pytest's own markers

@@ -171,18 +171,18 @@ def test_no_dedupe_records_every_occurrence_whatever_its_name(cli, db_path, tmp_
 
 
 def test_a_run_that_lost_a_result_does_not_report_success(cli, db_path, tmp_path, monkeypatch):
-    from casedb.store import history
+    from casedb.store import recorder
 
     manifest(tmp_path / "a.yaml", "m", [add_case("one"), add_case("two", 8), add_case("three", 2)])
     assert cli("import", tmp_path / "a.yaml").exit_code == 0
-    real = history.Recorder.record
+    real = recorder.Recorder.record
 
     def lose_the_second(self, item, payload, **kw):
         if item.occurrences[0].name == "two":
             return False  # the write did not happen
         return real(self, item, payload, **kw)
 
-    monkeypatch.setattr(history.Recorder, "record", lose_the_second)
+    monkeypatch.setattr(recorder.Recorder, "record", lose_the_second)
     res = cli("run", *CPU_EAGER[:-1], "--json")
     assert res.exit_code == 1
     s = json.loads(res.stdout)
