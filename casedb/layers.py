@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "casedb.triage": (TOP, "casedb.cases", "importers", "casedb.store", "casedb.judge"),
     "casedb.run": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage"),
     "casedb.read": (TOP, "casedb.cases", "importers", "casedb.store", "casedb.ingest", "casedb.judge",
-                    "casedb.triage", "casedb.run"),
+                    "casedb.triage", "casedb.run", "casedb.coverage"),
     "casedb.scan": (TOP, "casedb.cases", "importers", "casedb.store", "casedb.ingest", "casedb.read"),
     "casedb.mutation": (TOP, "casedb.cases", "casedb.store", "casedb.ingest", "casedb.judge", "casedb.triage",
                         "casedb.run"),

@@ -24,6 +24,9 @@ def coverage_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N selected cases."),
     against: Optional[int] = typer.Option(None, "--against", metavar="RUN",
                                           help="Check the prediction against a run of the same cases."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Store the result (default): `casedb report` and "
+                              "`casedb serve` show the newest coverage of a run's device and backend beside its "
+                              "pass rates."),
     top: int = typer.Option(20, "--top", help="Missing kernels listed (--json has all)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report: models, totals, missing, cases."),
 ):
@@ -34,7 +37,7 @@ def coverage_cmd(
     sel = measure.Selection(models=model or [], ops=op or [], markexpr=markexpr, shard=shard, limit=limit)
     try:
         report = measure.measure(state.db, device=device, backend=backend, imports=imports or [], selection=sel,
-                                 against=against)
+                                 against=against, save=save)
     except CasedbError as e:
         fail(e)
     if as_json:

@@ -19,20 +19,32 @@ def no_kernel(message: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def against_run(store, run_id: int, cases: list) -> dict:
+def against_run(conn, run_id: int, cases: list) -> dict:
     """Predicted (``enabled``) against run ``run_id``'s results of the same cases: agreement
     counts, and every case that disagrees (predicted blocked but ran, predicted runnable but
     failed for want of a kernel)."""
-    if not run_exists(store.db, run_id):
+    if not run_exists(conn, run_id):
         raise InputError(f"--against {run_id}: no such run (casedb runs lists them)")
+    return compare(run_id, errors_by_case(conn, run_id), cases)
+
+
+def errors_by_case(conn, run_id: int) -> dict:
+    """signature -> (outcome, error message) of run ``run_id``'s results (the first of a case)."""
     found: dict = {}
-    for sig, outcome, message in result_errors(store.db, run_id):
-        found.setdefault(sig, (outcome, no_kernel(message)))
+    for sig, outcome, message in result_errors(conn, run_id):
+        found.setdefault(sig, (outcome, message))
+    return found
+
+
+def compare(run_id: int, results: dict, cases: list) -> dict:
+    """The agreement of ``cases`` (predicted) with ``results`` (signature -> (outcome, error
+    message)) of run ``run_id``: see :func:`against_run`."""
     compared, agree, disagree = 0, 0, []
     for c in cases:
-        if c["enabled"] is None or c["signature"] not in found:
+        if c["enabled"] is None or c["signature"] not in results:
             continue
-        outcome, kernel = found[c["signature"]]
+        outcome, message = results[c["signature"]]
+        kernel = no_kernel(message)
         compared += 1
         if (kernel is None) == c["enabled"]:
             agree += 1

@@ -86,19 +86,29 @@ def case_coverage(item, target: dict, load_blob) -> dict:
 
 
 def measure(db, *, device: str, backend: str = "eager", imports: list | None = None,
-            selection: Selection | None = None, against: int | None = None, progress=None) -> dict:
+            selection: Selection | None = None, against: int | None = None, save: bool = False,
+            progress=None) -> dict:
     """The coverage report of ``selection`` on ``device``/``backend`` (see the module docstring);
-    ``against``: a run of the same cases to check the prediction with (casedb.coverage.agreement)."""
+    ``against``: a run of the same cases to check the prediction with (casedb.coverage.agreement);
+    ``save``: store it (casedb.store.coverage), its id in ``coverage_id``."""
+    from dataclasses import asdict
+
     from casedb.coverage import agreement, summary
     from casedb.ingest.seed import open_seeded
+    from casedb.run import software
+    from casedb.store import coverage as stored
 
     target = prepare(device, backend, list(imports or []))
+    sel = selection or Selection()
     with open_seeded(db) as store:
-        items = select(store, selection or Selection())
+        items = select(store, sel)
         cases = []
         for i, it in enumerate(items):
             cases.append(case_coverage(it, target, store.load_blob))
             if progress is not None:
                 progress(i + 1, len(items))
-        checked = None if against is None else agreement.against_run(store, against, cases)
-    return {**target, **summary.summarize(cases), "against": checked, "cases": cases}
+        checked = None if against is None else agreement.against_run(store.db.conn, against, cases)
+        report = {**target, **summary.summarize(cases), "against": checked, "cases": cases}
+        report["coverage_id"] = stored.save(store.db.conn, report, selection=asdict(sel),
+                                            software=software.describe(list(imports or []), device)) if save else None
+    return report

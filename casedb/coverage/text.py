@@ -29,6 +29,9 @@ def print_report(report: dict, console, *, limit: int = 20) -> None:
             say(f"{m['kernel']}\t{m['cases']}\t{m['unblocks']}\t{', '.join(m['models'])}\t{', '.join(m['ops'][:4])}")
     else:
         say("missing kernels: none")
+    if report.get("coverage_id") is not None:
+        say(f"stored as coverage {report['coverage_id']}: casedb report shows it beside the pass rates of runs on "
+            f"{report['device']}/{report['backend']}")
     a = report.get("against")
     if a:
         say(f"against run {a['run']}: {a['agree']}/{a['compared']} cases agree ({_pct(a['agree_pct'])})")

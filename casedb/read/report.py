@@ -14,7 +14,7 @@ from typing import Any, Callable
 from casedb import outcomes
 from casedb.errors import CasedbError
 from casedb.escape import markdown, markdown_code
-from casedb.read import expected_errors, latency
+from casedb.read import coverage as predicted, expected_errors, latency
 from casedb.store import explanations, reads_report as reads
 from casedb.store.run_figures import failure_groups, run_counts
 from casedb.store.run_rows import get_run
@@ -67,6 +67,7 @@ def build(db, run: int | None = None, compare: int | None = None, *,
     report.update(_comparison(db, run_id, compare, baseline_source, error_factor))
     report["error_factor"] = error_factor
     report["trend"] = reads.trend(db, summary["device"], summary["backend"], run_id, trend)
+    report["coverage"] = predicted.section(db.conn, report["run"], report["models"])  # None: never measured
     report["latency"] = latency.section(db, run_id, compare, latency_threshold)
     report["explanations"] = explanations.load(db, run_id)  # None: casedb explain never ran on it
     return report
@@ -213,7 +214,8 @@ def sections(report: dict, limit: int = DEFAULT_LIMIT) -> list[dict]:
         out.append({"title": title, "headers": headers, "rows": shown, "inline": inline,
                     "note": " ".join(x for x in (note, more, empty if not rows else None) if x)})
 
-    for part in (_pass_rate_tables, _comparison_tables, _failure_tables, _blocking_tables, _proof_and_time_tables):
+    for part in (_pass_rate_tables, predicted.tables, _comparison_tables, _failure_tables, _blocking_tables,
+                 _proof_and_time_tables):
         part(table, report)
     latency.tables(table, report.get("latency"))
     return out

@@ -365,3 +365,35 @@ def m202_opid44(db):
             continue  # inputs casedb did not store: the case is its own call only (no identity)
     db.conn.executemany("UPDATE cases SET identity = ? WHERE signature = ?", updates)
     db.conn.execute("CREATE INDEX IF NOT EXISTS idx_cases_identity ON cases (identity)")
+
+
+@migrations()
+def m201_device45(db):
+    # What `casedb coverage` predicted for a target before anything ran (casedb.coverage; read and
+    # written by casedb.store.coverage): per coverage the target and its figures over every case,
+    # per model the enabled cases, torch-level ops and aten operators, the missing kernels ranked,
+    # and each case's prediction. `casedb report` and Datasette show the newest coverage of a
+    # run's device and backend beside its pass rates (view target_coverage).
+    figures = {"cases": int, "traced": int, "untraced": int, "enabled_cases": int, "enabled_cases_pct": float,
+               "ops": int, "enabled_ops": int, "enabled_ops_pct": float, "aten_ops": int, "enabled_aten_ops": int,
+               "enabled_aten_ops_pct": float}
+    db["coverages"].create(
+        {"id": int, "created_at": str, "device": str, "dispatch_key": str, "backend": str, "fallback": int,
+         "target_problem": str, "selection": str, "software": str, "casedb_version": str, **figures},
+        pk="id")
+    db["coverages"].create_index(["device", "backend"])
+    db["coverage_models"].create({"coverage_id": int, "model": str, **figures}, pk=("coverage_id", "model"),
+                                 foreign_keys=[("coverage_id", "coverages", "id")])
+    db["coverage_missing"].create(
+        {"coverage_id": int, "rank": int, "kernel": str, "cases": int, "unblocks": int, "models": str, "ops": str},
+        pk=("coverage_id", "rank"), foreign_keys=[("coverage_id", "coverages", "id")])
+    db["coverage_cases"].create(
+        {"coverage_id": int, "signature": str, "op": str, "models": str, "enabled": int, "missing": str,
+         "aten_ops": str, "traced_on": str, "error": str},
+        pk=("coverage_id", "signature"), foreign_keys=[("coverage_id", "coverages", "id")])
+    db.execute("""CREATE VIEW target_coverage AS
+        SELECT cv.id AS coverage_id, cv.created_at, cv.device, cv.backend, cv.dispatch_key, cm.model, cm.cases,
+               cm.traced, cm.untraced, cm.enabled_cases, cm.enabled_cases_pct, cm.ops, cm.enabled_ops,
+               cm.enabled_ops_pct, cm.aten_ops, cm.enabled_aten_ops, cm.enabled_aten_ops_pct
+        FROM coverages cv JOIN coverage_models cm ON cm.coverage_id = cv.id
+        WHERE cv.id = (SELECT max(o.id) FROM coverages o WHERE o.device IS cv.device AND o.backend IS cv.backend)""")

@@ -75,7 +75,7 @@ def test_canned_queries_do_not_shadow_tables(served):
     queries = {q["name"] for q in database["queries"]}
     assert queries == {"latest_failures", "failures_by_cause", "latest_regressions", "pass_rate_by_model", "slowest_cases",
                        "model_cases_by_op", "repro", "blocking_ops", "model_op_matrix", "cause_cases",
-                       "explained_causes", "latencies"}
+                       "explained_causes", "latencies", "missing_kernels", "blocked_cases"}
     assert {"verdicts", "model_pass_rates", "op_pass_rates", "regressions", "run_summaries"} <= tables
     assert not queries & tables
     # the regressions view, every run, page by page
@@ -85,7 +85,8 @@ def test_canned_queries_do_not_shadow_tables(served):
 
 def test_pass_rate_by_model(served):
     common = {"run_id": 2, "device": "cpu", "backend": "inductor", "errors": 0, "xfailed": 0, "skipped": 0,
-              "ref_errors": 0}
+              "ref_errors": 0, "enabled_cases_pct": None, "enabled_ops_pct": None, "enabled_aten_ops_pct": None,
+              "coverage_id": None}  # (casedb coverage never ran: tests/device/test_coverage_stored.py)
     assert canned(served, "pass_rate_by_model") == [
         {**common, "model": "model_a", "pass_rate": 75.0, "executed": 4, "passed": 3, "failed": 1, "xpassed": 1,
          "ops": 4, "ops_passing": 3, "ops_pass_rate": 75.0, "signatures": 4},
