@@ -19,7 +19,7 @@ def _in_chunks(shape, dtype, draw):
     whole (a 1 G-element float32 input drawn at once took 12 GiB where it holds 4). The values are
     those of one draw: torch's CPU kernels draw ``rand`` serially and ``randn`` in blocks of 16,
     redrawing the last 16 when the count is not a multiple of 16, so every chunk but the last is a
-    multiple of 16 and the last holds more than 16 (tests/test_generators_memory.py checks it)."""
+    multiple of 16 and the last holds more than 16 (tests/cases/test_generators_memory.py checks it)."""
     n = math.prod(shape)
     if n <= DRAW_CHUNK + 16:
         return draw(shape).to(dtype)

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from casedb.cases import generators
 from casedb.cases.materialize import prepare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INITS = [("randn", {}), ("randn", {"mean": 1.5, "std": 0.25}), ("uniform", {"low": -2.0, "high": 3.0}),
          ("xavier", {})]
 
@@ -87,7 +87,7 @@ def test_building_a_large_input_takes_about_its_own_bytes():
     # whole took 768 MiB more than before the build)
     code = ("import resource, torch\n"
             "from casedb.cases.materialize import prepare\n"
-            "from tests.test_generators_memory import case\n"
+            "from tests.cases.test_generators_memory import case\n"
             "torch.randn(8, dtype=torch.float64)\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "p = prepare(case(64 << 20, 'randn', {}))\n"
