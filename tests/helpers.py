@@ -50,12 +50,11 @@ def import_manifests(cli, folder: Path, manifests: dict[str, str], *args) -> lis
 
 
 def store_conn(path) -> sqlite3.Connection:
-    """A connection with rows by name to the DB at ``path`` (the one opener's ``Store.conn``,
-    migrations applied), owned and closed by the caller."""
-    from casedb.store.database import open_store
+    """A connection with rows by name to the DB at ``path``, as ``Store.conn`` makes it, after
+    casedb's one opener has applied its migrations; the caller closes it."""
+    from casedb.store.database import connect, open_store
 
-    store = open_store(path)
-    conn = store.conn
-    store._conn = None  # the caller closes it, not the store
-    store.close()
+    open_store(path).close()
+    conn = connect(path)
+    conn.row_factory = sqlite3.Row
     return conn

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 
+from casedb.escape import visible
+
 _MAX = 100  # characters of one written value (data, device_layout) before it is cut
 
 
 def comment(text: str) -> str:
-    """``text`` safe inside a ``#`` comment: every character that is not printable escaped."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+    """``text`` safe inside a ``#`` comment: line breaks, control and bidi characters escaped
+    (casedb.escape.visible, as in every comment casedb writes)."""
+    return visible(str(text))
 
 
 def _short(text: str) -> str:
